@@ -1,0 +1,303 @@
+#!/usr/bin/env bash
+# Local Sluice stack: a real single-node Apache Kafka 4.x (KRaft) and a real Redis, both
+# bound to 127.0.0.1, for tests and the demo. No Docker; installs what is missing
+# (Debian's redis-server, Kafka's jars from Maven Central) on first use.
+#
+# Usage: deploy/local/stack.sh up|down|status|topics|env
+#   up      start Kafka and Redis (if not running), wait until both answer, create topics
+#   down    stop both (Kafka gets up to 30 s for a clean shutdown), leave nothing running
+#   status  running/stopped for each; exit 0 if both run, 3 otherwise
+#   topics  create the project topics if they do not exist (Kafka must be up)
+#   env     print export lines: eval "$(deploy/local/stack.sh env)"
+#
+# Configuration (environment; for an existing stack dir, values saved by its last `up`
+# fill in whatever is unset, so `down`/`status` need only SLUICE_STACK_DIR):
+#   SLUICE_STACK_DIR              <repo>/.stack/default  data, logs, pid files, config
+#   SLUICE_KAFKA_PORT             9092                    client listener (PLAINTEXT)
+#   SLUICE_KAFKA_CONTROLLER_PORT  kafka port + 1          KRaft controller listener
+#   SLUICE_REDIS_PORT             6379
+#   SLUICE_KAFKA_HEAP             512m                    broker -Xmx/-Xms
+#   SLUICE_KAFKA_VERSION          4.1.1                   org.apache.kafka:kafka_2.13 (4.x)
+#   SLUICE_TOPIC_PARTITIONS       12                      chain.transactions, dex.swaps
+#   SLUICE_KAFKA_START_TIMEOUT    90                      seconds to wait for the broker
+# Stacks with different dirs and ports run side by side, e.g. for a test:
+#   SLUICE_STACK_DIR=/tmp/x SLUICE_KAFKA_PORT=19092 SLUICE_REDIS_PORT=16379 stack.sh up
+# Kafka's jars are cached per user in ${XDG_CACHE_HOME:-~/.cache}/sluice/kafka-<version>/.
+# Logs: $SLUICE_STACK_DIR/logs/{kafka.log,kafka.out,tools.log,redis.log}.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_ROOT=$(cd "$HERE/../.." && pwd)
+# shellcheck source=deploy/local/lib.sh
+source "$HERE/lib.sh"
+
+usage() {
+  sed -n '/^# Usage:/,/^#   env/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
+  exit 2
+}
+
+STACK_DIR=$(realpath -m "${SLUICE_STACK_DIR:-$REPO_ROOT/.stack/default}")
+SAVED_ENV="$STACK_DIR/stack.env"
+if [[ -f $SAVED_ENV ]]; then
+  while IFS='=' read -r key value; do
+    [[ $key =~ ^SLUICE_[A-Z_]+$ && -z ${!key:-} ]] && printf -v "$key" '%s' "$value"
+  done <"$SAVED_ENV"
+fi
+KAFKA_PORT=${SLUICE_KAFKA_PORT:-9092}
+CONTROLLER_PORT=${SLUICE_KAFKA_CONTROLLER_PORT:-$((KAFKA_PORT + 1))}
+REDIS_PORT=${SLUICE_REDIS_PORT:-6379}
+KAFKA_HEAP=${SLUICE_KAFKA_HEAP:-512m}
+KAFKA_VERSION=${SLUICE_KAFKA_VERSION:-4.1.1}
+PARTITIONS=${SLUICE_TOPIC_PARTITIONS:-12}
+START_TIMEOUT=${SLUICE_KAFKA_START_TIMEOUT:-90}
+KAFKA_HOME="${XDG_CACHE_HOME:-${HOME:?HOME is not set}/.cache}/sluice/kafka-$KAFKA_VERSION"
+BOOTSTRAP="127.0.0.1:$KAFKA_PORT"
+
+check_config() {
+  local bad=0 v
+  for v in KAFKA_PORT CONTROLLER_PORT REDIS_PORT; do
+    [[ ${!v} =~ ^[0-9]+$ ]] && ((${!v} > 0 && ${!v} < 65536)) ||
+      { warn "SLUICE_$v=${!v} is not a port number"; bad=1; }
+  done
+  [[ $KAFKA_PORT != "$CONTROLLER_PORT" && $KAFKA_PORT != "$REDIS_PORT" &&
+    $CONTROLLER_PORT != "$REDIS_PORT" ]] || { warn "the three ports must differ"; bad=1; }
+  [[ $KAFKA_HEAP =~ ^[0-9]+[kKmMgG]?$ ]] || { warn "SLUICE_KAFKA_HEAP=$KAFKA_HEAP is not a JVM size like 512m"; bad=1; }
+  [[ $KAFKA_VERSION =~ ^4\.[0-9]+\.[0-9]+$ ]] || { warn "SLUICE_KAFKA_VERSION=$KAFKA_VERSION is not a 4.x.y version"; bad=1; }
+  [[ $PARTITIONS =~ ^[1-9][0-9]*$ ]] || { warn "SLUICE_TOPIC_PARTITIONS=$PARTITIONS is not a positive number"; bad=1; }
+  [[ $START_TIMEOUT =~ ^[1-9][0-9]*$ ]] || { warn "SLUICE_KAFKA_START_TIMEOUT=$START_TIMEOUT is not a number of seconds"; bad=1; }
+  ((bad == 0)) || exit 2
+}
+
+redis_ping() { [[ $(timeout 2 redis-cli -p "$REDIS_PORT" ping 2>/dev/null) == PONG ]]; }
+
+print_addresses() {
+  log "kafka: $BOOTSTRAP"
+  log "redis: redis://127.0.0.1:$REDIS_PORT"
+}
+
+# Fail early, and clearly, when another program holds one of our ports.
+ensure_port_free() { # port variable-name
+  port_open "$1" || return 0
+  die "port $1 is already in use by $(port_owner "$1"), not by this stack ($STACK_DIR); choose another with $2"
+}
+
+write_server_properties() {
+  cat >"$STACK_DIR/server.properties" <<EOF
+# Written by deploy/local/stack.sh on every start; edits are overwritten.
+process.roles=broker,controller
+node.id=1
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+controller.listener.names=CONTROLLER
+# Static voter set: unlike --standalone it keeps no endpoint in the formatted log, so
+# the ports may change between runs of the same stack dir.
+controller.quorum.voters=1@127.0.0.1:$CONTROLLER_PORT
+log.dirs=$STACK_DIR/kafka-data
+num.network.threads=2
+num.io.threads=4
+num.partitions=1
+default.replication.factor=1
+min.insync.replicas=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=12
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=12
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+log.retention.hours=24
+log.retention.bytes=1073741824
+log.segment.bytes=67108864
+log.retention.check.interval.ms=60000
+EOF
+}
+
+save_config() {
+  local v
+  for v in SLUICE_KAFKA_PORT=$KAFKA_PORT SLUICE_KAFKA_CONTROLLER_PORT=$CONTROLLER_PORT \
+    SLUICE_REDIS_PORT=$REDIS_PORT SLUICE_KAFKA_HEAP=$KAFKA_HEAP \
+    SLUICE_KAFKA_VERSION=$KAFKA_VERSION SLUICE_TOPIC_PARTITIONS=$PARTITIONS; do
+    echo "$v"
+  done >"$SAVED_ENV"
+}
+
+start_redis() {
+  apt_install redis-server redis-server
+  ensure_port_free "$REDIS_PORT" SLUICE_REDIS_PORT
+  log "starting redis on 127.0.0.1:$REDIS_PORT"
+  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
+    --daemonize yes --pidfile "$STACK_DIR/redis.pid" \
+    --logfile "$STACK_DIR/logs/redis.log" --dir "$STACK_DIR/redis" 8>&- 9>&- ||
+    die_with_log "redis-server failed to start" "$STACK_DIR/logs/redis.log"
+}
+
+start_kafka() {
+  ensure_port_free "$KAFKA_PORT" SLUICE_KAFKA_PORT
+  ensure_port_free "$CONTROLLER_PORT" SLUICE_KAFKA_CONTROLLER_PORT
+  write_server_properties
+  if [[ ! -f $STACK_DIR/kafka-data/meta.properties ]]; then
+    log "formatting Kafka storage in $STACK_DIR/kafka-data"
+    rm -rf "$STACK_DIR/kafka-data"
+    kafka_tool kafka.tools.StorageTool format --config "$STACK_DIR/server.properties" \
+      --cluster-id "$(new_cluster_id)" >>"$STACK_DIR/logs/kafka.out" 2>&1 ||
+      die_with_log "formatting Kafka storage failed" "$STACK_DIR/logs/kafka.out"
+  fi
+  log "starting kafka $KAFKA_VERSION on $BOOTSTRAP (controller 127.0.0.1:$CONTROLLER_PORT)"
+  # setsid: own session, no terminal, so closing the shell or Ctrl-C does not reach it.
+  (exec setsid java -Xmx"$KAFKA_HEAP" -Xms"$KAFKA_HEAP" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+    -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent \
+    -XX:MaxDirectMemorySize=256m -Djava.awt.headless=true \
+    -Dlog4j2.configurationFile="$HERE/kafka/log4j2.xml" -Dsluice.log.level=info \
+    -Dsluice.log.file="$STACK_DIR/logs/kafka.log" -Dkafka.logs.dir="$STACK_DIR/logs" \
+    -cp "$KAFKA_HOME/libs/*" kafka.Kafka "$STACK_DIR/server.properties" \
+    </dev/null >>"$STACK_DIR/logs/kafka.out" 2>&1 8>&- 9>&-) & # no lock fds for the daemon
+  echo $! >"$STACK_DIR/kafka.pid"
+}
+
+wait_redis() {
+  local deadline=$((SECONDS + 15))
+  until redis_ping; do
+    ((SECONDS < deadline)) || die_with_log "redis did not answer PING within 15 s" "$STACK_DIR/logs/redis.log"
+    sleep 0.2
+  done
+}
+
+# Port first (cheap), then a real metadata request through the topic tool.
+wait_kafka() {
+  local deadline=$((SECONDS + START_TIMEOUT)) left
+  while :; do
+    find_pid kafka >/dev/null ||
+      die_with_log "kafka exited during start-up (logs: $STACK_DIR/logs/kafka.log)" "$STACK_DIR/logs/kafka.out"
+    left=$((deadline - SECONDS))
+    ((left > 0)) || die_with_log "kafka did not answer within $START_TIMEOUT s" "$STACK_DIR/logs/kafka.log"
+    if port_open "$KAFKA_PORT" && TOOL_TIMEOUT=$left kafka_tool \
+      org.apache.kafka.tools.TopicCommand --bootstrap-server "$BOOTSTRAP" --list >/dev/null 2>&1; then
+      return 0
+    fi
+    sleep 0.5
+  done
+}
+
+create_topics() {
+  local spec name parts pids=() out="$STACK_DIR/logs/topics.out" failed=0 i=0
+  local specs=("chain.transactions:$PARTITIONS" "dex.swaps:$PARTITIONS" "chain.transactions.dlq:3")
+  : >"$out"
+  # TopicCommand creates one topic per call; the three JVMs run in parallel.
+  for spec in "${specs[@]}"; do
+    name=${spec%%:*} parts=${spec##*:}
+    kafka_tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$BOOTSTRAP" --create \
+      --if-not-exists --topic "$name" --partitions "$parts" --replication-factor 1 \
+      >"$out.$name" 2>&1 &
+    pids+=($!)
+  done
+  for spec in "${specs[@]}"; do
+    name=${spec%%:*}
+    wait "${pids[i]}" || { warn "creating topic $name failed:"; sed 's/^/    /' "$out.$name" >&2; failed=1; }
+    cat "$out.$name" >>"$out"
+    rm -f "$out.$name"
+    i=$((i + 1))
+  done
+  ((failed == 0)) || die "could not create all topics on $BOOTSTRAP"
+  log "topics: chain.transactions ($PARTITIONS partitions), dex.swaps ($PARTITIONS), chain.transactions.dlq (3)"
+}
+
+require_kafka() {
+  find_pid kafka >/dev/null && port_open "$KAFKA_PORT" ||
+    die "kafka is not running for $STACK_DIR on $BOOTSTRAP; run: $0 up"
+}
+
+cmd_up() {
+  mkdir -p "$STACK_DIR/logs" "$STACK_DIR/redis"
+  lock_stack
+  local kpid rpid
+  kpid=$(find_pid kafka) || kpid=""
+  rpid=$(find_pid redis) || rpid=""
+  if [[ -n $kpid && -n $rpid ]] && port_open "$KAFKA_PORT" && redis_ping; then
+    log "already running (kafka pid $kpid, redis pid $rpid, $STACK_DIR)"
+    print_addresses
+    return 0
+  fi
+  save_config
+  ensure_kafka_libs
+  # Kafka first: it takes longest, and Redis starts while it boots.
+  [[ -n $kpid ]] || start_kafka
+  [[ -n $rpid ]] || start_redis
+  wait_redis
+  wait_kafka
+  create_topics
+  print_addresses
+}
+
+cmd_down() {
+  if [[ ! -d $STACK_DIR ]]; then
+    log "nothing running ($STACK_DIR does not exist)"
+    return 0
+  fi
+  lock_stack
+  local pid stopped=0 port
+  if pid=$(find_pid kafka); then
+    log "stopping kafka (pid $pid)"
+    stop_pid kafka "$pid" 30
+    stopped=1
+  fi
+  if pid=$(find_pid redis); then
+    log "stopping redis (pid $pid)"
+    stop_pid redis "$pid" 10
+    stopped=1
+  fi
+  rm -f "$STACK_DIR/kafka.pid" "$STACK_DIR/redis.pid"
+  # Verify: no process of this stack left, and say so if our ports are still taken.
+  ! find_pid kafka >/dev/null && ! find_pid redis >/dev/null || die "a process of this stack is still running"
+  for port in "$KAFKA_PORT" "$CONTROLLER_PORT" "$REDIS_PORT"; do
+    port_open "$port" && warn "port $port still answers, but not from this stack: $(port_owner "$port")"
+  done
+  if ((stopped)); then log "stopped ($STACK_DIR)"; else log "nothing running ($STACK_DIR)"; fi
+}
+
+cmd_status() {
+  local pid rc=0
+  if pid=$(find_pid kafka) && port_open "$KAFKA_PORT"; then
+    log "kafka: running (pid $pid, $BOOTSTRAP)"
+  elif [[ -n ${pid:-} ]]; then
+    log "kafka: not answering (pid $pid, $BOOTSTRAP)"; rc=3
+  else
+    log "kafka: stopped"; rc=3
+  fi
+  pid=""
+  if pid=$(find_pid redis) && redis_ping; then
+    log "redis: running (pid $pid, redis://127.0.0.1:$REDIS_PORT)"
+  elif [[ -n ${pid:-} ]]; then
+    log "redis: not answering (pid $pid, redis://127.0.0.1:$REDIS_PORT)"; rc=3
+  else
+    log "redis: stopped"; rc=3
+  fi
+  return "$rc"
+}
+
+cmd_topics() {
+  [[ -d $STACK_DIR ]] || die "no stack at $STACK_DIR; run: $0 up"
+  lock_stack
+  require_kafka
+  ensure_kafka_libs
+  create_topics
+}
+
+cmd_env() {
+  log "export SLUICE_KAFKA_BROKERS=$BOOTSTRAP"
+  log "export SLUICE_REDIS_URL=redis://127.0.0.1:$REDIS_PORT"
+}
+
+[[ $# -eq 1 ]] || usage
+check_config
+case $1 in
+  up) cmd_up ;;
+  down) cmd_down ;;
+  status) cmd_status ;;
+  topics) cmd_topics ;;
+  env) cmd_env ;;
+  *) usage ;;
+esac

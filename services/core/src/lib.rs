@@ -1,0 +1,26 @@
+//! Sluice's domain logic, free of IO.
+//!
+//! Nothing here touches a socket, a clock or a runtime: no tokio, rdkafka or
+//! redis. The chain simulator writes transactions with these layouts, the
+//! ingest gateway routes them with [`route`], and the processor recognises
+//! swaps with [`recognize`]; tests and benchmarks call the same code.
+//!
+//! # Layout
+//! - [`rng`]: the seedable generator every deterministic stream is drawn from.
+//! - [`keys`]: base58 account keys and signatures.
+//! - [`venue`]: the three venue layouts (instruction data, accounts, events).
+//! - [`route`]: which pools a transaction touches, i.e. its Kafka keys.
+//! - [`recognize`]: a transaction record → the swaps it made on its pool.
+//! - [`pool`]: pool state and how a swap changes it.
+
+#![forbid(unsafe_code)]
+
+pub mod keys;
+pub mod pool;
+pub mod recognize;
+pub mod rng;
+pub mod route;
+pub mod venue;
+
+pub use sluice_proto::chain::v1 as chain;
+pub use sluice_proto::dex::v1 as dex;
