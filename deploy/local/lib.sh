@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Helpers for deploy/local/stack.sh (sourced, not run). They read the globals that
-# stack.sh sets: HERE, STACK_DIR, KAFKA_VERSION, KAFKA_HOME, KAFKA_PORT, REDIS_PORT.
+# stack.sh sets: HERE, STACK_DIR, SAVED_ENV, KAFKA_VERSION, KAFKA_HOME, REDIS_PORT.
 
 log() { printf '%s\n' "$*"; }
 warn() { printf 'stack: %s\n' "$*" >&2; }
@@ -15,6 +15,27 @@ die_with_log() { # message logfile
   die "$1"
 }
 
+# Settings saved by the last `up` of a stack dir fill in what the environment leaves
+# unset; MISMATCH lists explicit settings that differ from the saved ones.
+load_saved_settings() {
+  local key value
+  MISMATCH=""
+  [[ -f $SAVED_ENV ]] || return 0
+  while IFS='=' read -r key value; do
+    [[ $key =~ ^SLUICE_[A-Z_]+$ ]] || continue
+    if [[ -z ${!key:-} ]]; then
+      printf -v "$key" '%s' "$value"
+    elif [[ ${!key} != "$value" ]]; then
+      MISMATCH+=" $key=$value"
+    fi
+  done <"$SAVED_ENV"
+}
+
+# A running stack keeps the settings it was started with; refuse to act on others.
+refuse_changed_settings() {
+  [[ -z $MISMATCH ]] || die "the stack in $STACK_DIR runs with$MISMATCH; run 'down' before changing that"
+}
+
 # Serialise up/down/topics of one stack dir (two `up`s at once would start two brokers).
 lock_stack() {
   exec 9>"$STACK_DIR/.lock"
@@ -23,7 +44,24 @@ lock_stack() {
 
 # Is something listening on 127.0.0.1:PORT?
 port_open() {
+  # shellcheck disable=SC2016 # $0 is expanded by the inner bash
   timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$0"' "$1" 2>/dev/null
+}
+
+redis_ping() { [[ $(timeout 2 redis-cli -p "$REDIS_PORT" ping 2>/dev/null) == PONG ]]; }
+
+# Fail early, and clearly, when another program holds one of our ports.
+ensure_port_free() { # port variable-name
+  port_open "$1" || return 0
+  die "port $1 is already in use by $(port_owner "$1"), not by this stack ($STACK_DIR); choose another with $2"
+}
+
+wait_redis() {
+  local deadline=$((SECONDS + 15))
+  until redis_ping; do
+    ((SECONDS < deadline)) || die_with_log "redis did not answer PING within 15 s" "$STACK_DIR/logs/redis.log"
+    sleep 0.2
+  done
 }
 
 # Best-effort description of who listens on a port, for error messages.
@@ -73,6 +111,20 @@ find_pid() {
   return 1
 }
 
+# One line of `status`; fails unless the process exists and the probe succeeds.
+show_status() { # name address probe-command...
+  local name=$1 addr=$2 pid
+  shift 2
+  if ! pid=$(find_pid "$name"); then
+    log "$name: stopped"
+    return 1
+  elif ! "$@"; then
+    log "$name: not answering (pid $pid, $addr)"
+    return 1
+  fi
+  log "$name: running (pid $pid, $addr)"
+}
+
 # SIGTERM, wait up to GRACE seconds, then SIGKILL. Returns once the process is gone.
 stop_pid() { # name pid grace
   local name=$1 pid=$2 deadline=$((SECONDS + $3))
@@ -102,12 +154,17 @@ apt_install() { # command package
     printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
     chmod 755 /usr/sbin/policy-rc.d
     guard=1
+    trap 'rm -f /usr/sbin/policy-rc.d' EXIT # also when interrupted
   fi
   { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$pkg"; } \
     >"$aptlog" 2>&1 || rc=$?
-  [[ -n $guard ]] && rm -f /usr/sbin/policy-rc.d
-  ((rc == 0)) && command -v "$1" >/dev/null ||
+  if [[ -n $guard ]]; then
+    rm -f /usr/sbin/policy-rc.d
+    trap - EXIT
+  fi
+  if ((rc != 0)) || ! command -v "$1" >/dev/null; then
     die_with_log "could not install Debian package '$pkg' (for $1)" "$aptlog"
+  fi
 }
 
 # Download Kafka's jars once into the per-user cache, shared by all stacks and clones.
@@ -123,7 +180,7 @@ ensure_kafka_libs() {
     rm -rf "$KAFKA_HOME"
     mkdir -p "$KAFKA_HOME"
     log "downloading Kafka $KAFKA_VERSION jars with Maven into $KAFKA_HOME (once)"
-    mvn -B -q -f "$HERE/kafka/pom.xml" -Dkafka.version="$KAFKA_VERSION" \
+    mvn -B -q -Dstyle.color=never -f "$HERE/kafka/pom.xml" -Dkafka.version="$KAFKA_VERSION" \
       dependency:copy-dependencies -DincludeScope=runtime \
       -DoutputDirectory="$KAFKA_HOME/libs" >"$KAFKA_HOME/mvn.log" 2>&1 ||
       die_with_log "could not download org.apache.kafka:kafka_2.13:$KAFKA_VERSION and kafka-tools from Maven Central" "$KAFKA_HOME/mvn.log"
@@ -139,7 +196,7 @@ ensure_kafka_libs() {
 kafka_tool() { # main-class args...
   local main=$1
   shift
-  timeout "${TOOL_TIMEOUT:-60}" java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto \
+  timeout "${TOOL_TIMEOUT:-60}" java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
     -Dlog4j2.configurationFile="$HERE/kafka/log4j2.xml" -Dsluice.log.level=warn \
     -Dsluice.log.file="$STACK_DIR/logs/tools.log" \
     -cp "$KAFKA_HOME/libs/*" "$main" "$@"

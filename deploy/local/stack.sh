@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2015 # "a && b || die" is meant: die when either fails
 # Local Sluice stack: a real single-node Apache Kafka 4.x (KRaft) and a real Redis, both
 # bound to 127.0.0.1, for tests and the demo. No Docker; installs what is missing
 # (Debian's redis-server, Kafka's jars from Maven Central) on first use.
@@ -23,7 +24,7 @@
 # Stacks with different dirs and ports run side by side, e.g. for a test:
 #   SLUICE_STACK_DIR=/tmp/x SLUICE_KAFKA_PORT=19092 SLUICE_REDIS_PORT=16379 stack.sh up
 # Kafka's jars are cached per user in ${XDG_CACHE_HOME:-~/.cache}/sluice/kafka-<version>/.
-# Logs: $SLUICE_STACK_DIR/logs/{kafka.log,kafka.out,tools.log,redis.log}.
+# Logs: $SLUICE_STACK_DIR/logs/{kafka.log,kafka.out,topics.out,tools.log,redis.log}.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -38,11 +39,7 @@ usage() {
 
 STACK_DIR=$(realpath -m "${SLUICE_STACK_DIR:-$REPO_ROOT/.stack/default}")
 SAVED_ENV="$STACK_DIR/stack.env"
-if [[ -f $SAVED_ENV ]]; then
-  while IFS='=' read -r key value; do
-    [[ $key =~ ^SLUICE_[A-Z_]+$ && -z ${!key:-} ]] && printf -v "$key" '%s' "$value"
-  done <"$SAVED_ENV"
-fi
+load_saved_settings
 KAFKA_PORT=${SLUICE_KAFKA_PORT:-9092}
 CONTROLLER_PORT=${SLUICE_KAFKA_CONTROLLER_PORT:-$((KAFKA_PORT + 1))}
 REDIS_PORT=${SLUICE_REDIS_PORT:-6379}
@@ -50,14 +47,14 @@ KAFKA_HEAP=${SLUICE_KAFKA_HEAP:-512m}
 KAFKA_VERSION=${SLUICE_KAFKA_VERSION:-4.1.1}
 PARTITIONS=${SLUICE_TOPIC_PARTITIONS:-12}
 START_TIMEOUT=${SLUICE_KAFKA_START_TIMEOUT:-90}
+DEADLINE=$((SECONDS + START_TIMEOUT)) # for Kafka's start-up; set again by `up`
 KAFKA_HOME="${XDG_CACHE_HOME:-${HOME:?HOME is not set}/.cache}/sluice/kafka-$KAFKA_VERSION"
 BOOTSTRAP="127.0.0.1:$KAFKA_PORT"
 
 check_config() {
   local bad=0 v
   for v in KAFKA_PORT CONTROLLER_PORT REDIS_PORT; do
-    [[ ${!v} =~ ^[0-9]+$ ]] && ((${!v} > 0 && ${!v} < 65536)) ||
-      { warn "SLUICE_$v=${!v} is not a port number"; bad=1; }
+    [[ ${!v} =~ ^[1-9][0-9]{0,4}$ ]] && ((${!v} < 65536)) || { warn "SLUICE_$v=${!v} is not a port"; bad=1; }
   done
   [[ $KAFKA_PORT != "$CONTROLLER_PORT" && $KAFKA_PORT != "$REDIS_PORT" &&
     $CONTROLLER_PORT != "$REDIS_PORT" ]] || { warn "the three ports must differ"; bad=1; }
@@ -68,17 +65,9 @@ check_config() {
   ((bad == 0)) || exit 2
 }
 
-redis_ping() { [[ $(timeout 2 redis-cli -p "$REDIS_PORT" ping 2>/dev/null) == PONG ]]; }
-
 print_addresses() {
   log "kafka: $BOOTSTRAP"
   log "redis: redis://127.0.0.1:$REDIS_PORT"
-}
-
-# Fail early, and clearly, when another program holds one of our ports.
-ensure_port_free() { # port variable-name
-  port_open "$1" || return 0
-  die "port $1 is already in use by $(port_owner "$1"), not by this stack ($STACK_DIR); choose another with $2"
 }
 
 write_server_properties() {
@@ -116,18 +105,15 @@ log.retention.check.interval.ms=60000
 EOF
 }
 
+# The controller port is saved only when given; otherwise it follows the Kafka port.
 save_config() {
-  local v
-  for v in SLUICE_KAFKA_PORT=$KAFKA_PORT SLUICE_KAFKA_CONTROLLER_PORT=$CONTROLLER_PORT \
-    SLUICE_REDIS_PORT=$REDIS_PORT SLUICE_KAFKA_HEAP=$KAFKA_HEAP \
-    SLUICE_KAFKA_VERSION=$KAFKA_VERSION SLUICE_TOPIC_PARTITIONS=$PARTITIONS; do
-    echo "$v"
-  done >"$SAVED_ENV"
+  printf '%s\n' "SLUICE_KAFKA_PORT=$KAFKA_PORT" "SLUICE_REDIS_PORT=$REDIS_PORT" \
+    "SLUICE_KAFKA_HEAP=$KAFKA_HEAP" "SLUICE_KAFKA_VERSION=$KAFKA_VERSION" \
+    "SLUICE_TOPIC_PARTITIONS=$PARTITIONS" \
+    ${SLUICE_KAFKA_CONTROLLER_PORT:+"SLUICE_KAFKA_CONTROLLER_PORT=$CONTROLLER_PORT"} >"$SAVED_ENV"
 }
 
 start_redis() {
-  apt_install redis-server redis-server
-  ensure_port_free "$REDIS_PORT" SLUICE_REDIS_PORT
   log "starting redis on 127.0.0.1:$REDIS_PORT"
   redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
     --daemonize yes --pidfile "$STACK_DIR/redis.pid" \
@@ -136,8 +122,6 @@ start_redis() {
 }
 
 start_kafka() {
-  ensure_port_free "$KAFKA_PORT" SLUICE_KAFKA_PORT
-  ensure_port_free "$CONTROLLER_PORT" SLUICE_KAFKA_CONTROLLER_PORT
   write_server_properties
   if [[ ! -f $STACK_DIR/kafka-data/meta.properties ]]; then
     log "formatting Kafka storage in $STACK_DIR/kafka-data"
@@ -158,27 +142,14 @@ start_kafka() {
   echo $! >"$STACK_DIR/kafka.pid"
 }
 
-wait_redis() {
-  local deadline=$((SECONDS + 15))
-  until redis_ping; do
-    ((SECONDS < deadline)) || die_with_log "redis did not answer PING within 15 s" "$STACK_DIR/logs/redis.log"
-    sleep 0.2
-  done
-}
-
-# Port first (cheap), then a real metadata request through the topic tool.
+# Poll the client port (it opens once the broker has started). The real metadata
+# round-trip follows in create_topics, bounded by what is left of START_TIMEOUT.
 wait_kafka() {
-  local deadline=$((SECONDS + START_TIMEOUT)) left
-  while :; do
+  while ! port_open "$KAFKA_PORT"; do
     find_pid kafka >/dev/null ||
-      die_with_log "kafka exited during start-up (logs: $STACK_DIR/logs/kafka.log)" "$STACK_DIR/logs/kafka.out"
-    left=$((deadline - SECONDS))
-    ((left > 0)) || die_with_log "kafka did not answer within $START_TIMEOUT s" "$STACK_DIR/logs/kafka.log"
-    if port_open "$KAFKA_PORT" && TOOL_TIMEOUT=$left kafka_tool \
-      org.apache.kafka.tools.TopicCommand --bootstrap-server "$BOOTSTRAP" --list >/dev/null 2>&1; then
-      return 0
-    fi
-    sleep 0.5
+      die_with_log "kafka exited during start-up (see $STACK_DIR/logs/kafka.log)" "$STACK_DIR/logs/kafka.out"
+    ((SECONDS < DEADLINE)) || die_with_log "kafka did not open $BOOTSTRAP within $START_TIMEOUT s" "$STACK_DIR/logs/kafka.log"
+    sleep 0.3
   done
 }
 
@@ -189,7 +160,8 @@ create_topics() {
   # TopicCommand creates one topic per call; the three JVMs run in parallel.
   for spec in "${specs[@]}"; do
     name=${spec%%:*} parts=${spec##*:}
-    kafka_tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$BOOTSTRAP" --create \
+    TOOL_TIMEOUT=$((DEADLINE - SECONDS > 30 ? DEADLINE - SECONDS : 30)) \
+      kafka_tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$BOOTSTRAP" --create \
       --if-not-exists --topic "$name" --partitions "$parts" --replication-factor 1 \
       >"$out.$name" 2>&1 &
     pids+=($!)
@@ -201,13 +173,8 @@ create_topics() {
     rm -f "$out.$name"
     i=$((i + 1))
   done
-  ((failed == 0)) || die "could not create all topics on $BOOTSTRAP"
+  ((failed == 0)) || die_with_log "could not create all topics on $BOOTSTRAP" "$STACK_DIR/logs/kafka.log"
   log "topics: chain.transactions ($PARTITIONS partitions), dex.swaps ($PARTITIONS), chain.transactions.dlq (3)"
-}
-
-require_kafka() {
-  find_pid kafka >/dev/null && port_open "$KAFKA_PORT" ||
-    die "kafka is not running for $STACK_DIR on $BOOTSTRAP; run: $0 up"
 }
 
 cmd_up() {
@@ -216,13 +183,22 @@ cmd_up() {
   local kpid rpid
   kpid=$(find_pid kafka) || kpid=""
   rpid=$(find_pid redis) || rpid=""
+  [[ -z $kpid$rpid ]] || refuse_changed_settings
   if [[ -n $kpid && -n $rpid ]] && port_open "$KAFKA_PORT" && redis_ping; then
     log "already running (kafka pid $kpid, redis pid $rpid, $STACK_DIR)"
     print_addresses
     return 0
   fi
+  # Check every port before starting anything, so a conflict leaves nothing half-up.
+  if [[ -z $kpid ]]; then
+    ensure_port_free "$KAFKA_PORT" SLUICE_KAFKA_PORT
+    ensure_port_free "$CONTROLLER_PORT" SLUICE_KAFKA_CONTROLLER_PORT
+  fi
+  [[ -n $rpid ]] || ensure_port_free "$REDIS_PORT" SLUICE_REDIS_PORT
   save_config
   ensure_kafka_libs
+  [[ -n $rpid ]] || apt_install redis-server redis-server
+  DEADLINE=$((SECONDS + START_TIMEOUT)) # counts from here, not from the download
   # Kafka first: it takes longest, and Redis starts while it boots.
   [[ -n $kpid ]] || start_kafka
   [[ -n $rpid ]] || start_redis
@@ -238,50 +214,38 @@ cmd_down() {
     return 0
   fi
   lock_stack
-  local pid stopped=0 port
-  if pid=$(find_pid kafka); then
-    log "stopping kafka (pid $pid)"
-    stop_pid kafka "$pid" 30
+  local pid stopped=0 port name
+  # Kafka gets 30 s for a clean shutdown; Redis has nothing to save.
+  for name in kafka redis; do
+    pid=$(find_pid "$name") || continue
+    log "stopping $name (pid $pid)"
+    stop_pid "$name" "$pid" "$([[ $name == kafka ]] && echo 30 || echo 10)"
     stopped=1
-  fi
-  if pid=$(find_pid redis); then
-    log "stopping redis (pid $pid)"
-    stop_pid redis "$pid" 10
-    stopped=1
-  fi
+  done
   rm -f "$STACK_DIR/kafka.pid" "$STACK_DIR/redis.pid"
-  # Verify: no process of this stack left, and say so if our ports are still taken.
-  ! find_pid kafka >/dev/null && ! find_pid redis >/dev/null || die "a process of this stack is still running"
+  # Verify by pid and by port: nothing of this stack is left; name whoever holds a port.
+  if find_pid kafka >/dev/null || find_pid redis >/dev/null; then
+    die "a process of this stack is still running"
+  fi
   for port in "$KAFKA_PORT" "$CONTROLLER_PORT" "$REDIS_PORT"; do
-    port_open "$port" && warn "port $port still answers, but not from this stack: $(port_owner "$port")"
+    if port_open "$port"; then warn "port $port still answers, not from this stack: $(port_owner "$port")"; fi
   done
   if ((stopped)); then log "stopped ($STACK_DIR)"; else log "nothing running ($STACK_DIR)"; fi
 }
 
 cmd_status() {
-  local pid rc=0
-  if pid=$(find_pid kafka) && port_open "$KAFKA_PORT"; then
-    log "kafka: running (pid $pid, $BOOTSTRAP)"
-  elif [[ -n ${pid:-} ]]; then
-    log "kafka: not answering (pid $pid, $BOOTSTRAP)"; rc=3
-  else
-    log "kafka: stopped"; rc=3
-  fi
-  pid=""
-  if pid=$(find_pid redis) && redis_ping; then
-    log "redis: running (pid $pid, redis://127.0.0.1:$REDIS_PORT)"
-  elif [[ -n ${pid:-} ]]; then
-    log "redis: not answering (pid $pid, redis://127.0.0.1:$REDIS_PORT)"; rc=3
-  else
-    log "redis: stopped"; rc=3
-  fi
+  local rc=0
+  show_status kafka "$BOOTSTRAP" port_open "$KAFKA_PORT" || rc=3
+  show_status redis "redis://127.0.0.1:$REDIS_PORT" redis_ping || rc=3
   return "$rc"
 }
 
 cmd_topics() {
   [[ -d $STACK_DIR ]] || die "no stack at $STACK_DIR; run: $0 up"
   lock_stack
-  require_kafka
+  refuse_changed_settings
+  find_pid kafka >/dev/null && port_open "$KAFKA_PORT" ||
+    die "kafka is not running for $STACK_DIR on $BOOTSTRAP; run: $0 up"
   ensure_kafka_libs
   create_topics
 }
