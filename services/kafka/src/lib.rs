@@ -1,1 +1,18 @@
-//! placeholder
+//! Kafka plumbing shared by every Sluice service.
+//!
+//! - [`client`]: client configuration from one typed struct, with
+//!   pass-through properties for TLS/SASL and tuning.
+//! - [`topics`]: the project's topics and their idempotent creation (topics
+//!   are created by the project, never by broker auto-creation).
+//! - [`producer`]: the pipelined producer: many sends in flight, delivery
+//!   futures resolved afterwards, the oldest awaited when the queue is full.
+
+#![forbid(unsafe_code)]
+
+pub mod client;
+pub mod producer;
+pub mod topics;
+
+pub use client::KafkaConfig;
+pub use producer::{PipelinedProducer, ProduceError};
+pub use topics::{TopicSpec, ensure_topics};

@@ -1,0 +1,121 @@
+//! The project's topics, created idempotently by the project itself.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaErrorCode;
+
+use crate::KafkaConfig;
+
+/// Raw chain transactions, one record per pool touched, keyed by pool.
+pub const CHAIN_TRANSACTIONS: &str = "chain.transactions";
+/// Records the processor could not recognise, with the reason in headers.
+pub const CHAIN_TRANSACTIONS_DLQ: &str = "chain.transactions.dlq";
+/// Recognised swaps, keyed by pool.
+pub const DEX_SWAPS: &str = "dex.swaps";
+/// Default partition count of the keyed topics.
+pub const DEFAULT_PARTITIONS: i32 = 12;
+
+/// A topic to create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicSpec {
+    pub name: String,
+    pub partitions: i32,
+    pub replication: i32,
+}
+
+impl TopicSpec {
+    pub fn new(name: impl Into<String>, partitions: i32) -> Self {
+        Self {
+            name: name.into(),
+            partitions,
+            replication: 1,
+        }
+    }
+
+    /// The project's topics with a `prefix` (empty in production; tests use
+    /// a unique one) and `partitions` for the keyed topics.
+    pub fn project(prefix: &str, partitions: i32) -> Vec<Self> {
+        vec![
+            Self::new(format!("{prefix}{CHAIN_TRANSACTIONS}"), partitions),
+            Self::new(format!("{prefix}{DEX_SWAPS}"), partitions),
+            Self::new(format!("{prefix}{CHAIN_TRANSACTIONS_DLQ}"), 3),
+        ]
+    }
+}
+
+/// Why topics could not be ensured.
+#[derive(Debug, thiserror::Error)]
+pub enum TopicError {
+    #[error("cannot create the admin client: {0}")]
+    Client(#[source] KafkaError),
+    #[error("creating topics failed: {0}")]
+    Request(#[source] KafkaError),
+    #[error("creating topic {topic} failed: {code}")]
+    Topic { topic: String, code: RDKafkaErrorCode },
+    #[error("topic {topic} has {actual} partitions, {wanted} were asked for")]
+    PartitionMismatch { topic: String, actual: i32, wanted: i32 },
+    #[error("topics {0:?} did not appear in metadata within the timeout")]
+    NotVisible(Vec<String>),
+}
+
+/// Creates every topic in `specs` that does not exist yet, then waits until
+/// all are visible in metadata with the partition count asked for.
+pub async fn ensure_topics(config: &KafkaConfig, specs: &[TopicSpec], timeout: Duration) -> Result<(), TopicError> {
+    let admin: AdminClient<DefaultClientContext> = config.client().create().map_err(TopicError::Client)?;
+    let new: Vec<NewTopic<'_>> = specs
+        .iter()
+        .map(|s| NewTopic::new(&s.name, s.partitions, TopicReplication::Fixed(s.replication)))
+        .collect();
+    let options = AdminOptions::new().operation_timeout(Some(timeout));
+    for result in admin.create_topics(&new, &options).await.map_err(TopicError::Request)? {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((topic, code)) => return Err(TopicError::Topic { topic, code }),
+        }
+    }
+    wait_visible(config, specs, timeout).await
+}
+
+async fn wait_visible(config: &KafkaConfig, specs: &[TopicSpec], timeout: Duration) -> Result<(), TopicError> {
+    let consumer: BaseConsumer = config.client().create().map_err(TopicError::Client)?;
+    let specs = specs.to_vec();
+    // Metadata requests block; keep them off the async workers.
+    tokio::task::spawn_blocking(move || poll_visible(&consumer, &specs, timeout))
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+}
+
+fn poll_visible(consumer: &BaseConsumer, specs: &[TopicSpec], timeout: Duration) -> Result<(), TopicError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let mut missing = Vec::new();
+        for spec in specs {
+            let metadata = consumer.fetch_metadata(Some(&spec.name), Duration::from_secs(5));
+            let partitions = metadata
+                .ok()
+                .and_then(|m| m.topics().first().filter(|t| t.error().is_none()).map(|t| t.partitions().len() as i32));
+            match partitions {
+                Some(n) if n == spec.partitions => {}
+                Some(n) if n > 0 => {
+                    return Err(TopicError::PartitionMismatch {
+                        topic: spec.name.clone(),
+                        actual: n,
+                        wanted: spec.partitions,
+                    });
+                }
+                _ => missing.push(spec.name.clone()),
+            }
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(TopicError::NotVisible(missing));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

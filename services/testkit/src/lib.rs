@@ -1,0 +1,106 @@
+//! Helpers for integration tests that run against the real local stack.
+//!
+//! The stack (a real Kafka broker and a real Redis) is started by
+//! `deploy/local/test.sh`, which exports where it is. A test that needs it
+//! and finds it missing fails with a message saying how to start it: it
+//! never passes by skipping.
+
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use rdkafka::Message;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use sluice_kafka::KafkaConfig;
+
+const HOW: &str = "start the stack with `deploy/local/test.sh` (runs the whole suite), or \
+     `eval \"$(deploy/local/stack.sh env)\"` after `deploy/local/stack.sh up`";
+
+fn required_env(name: &str) -> String {
+    match std::env::var(name) {
+        Ok(v) if !v.is_empty() => v,
+        _ => panic!("{name} is not set: this test needs the real local stack; {HOW}"),
+    }
+}
+
+/// Kafka of the running test stack (`SLUICE_KAFKA_BROKERS`).
+pub fn kafka() -> KafkaConfig {
+    KafkaConfig::new(required_env("SLUICE_KAFKA_BROKERS"))
+}
+
+/// Redis URL of the running test stack (`SLUICE_REDIS_URL`).
+pub fn redis_url() -> String {
+    required_env("SLUICE_REDIS_URL")
+}
+
+/// A name no other test (or test run) uses: topics, groups, Redis keys.
+pub fn unique(prefix: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!(
+        "{prefix}-{}-{nanos:09}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// The repository root (for scripts under `deploy/`).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A consumed record, owned.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub key: Vec<u8>,
+    pub payload: Vec<u8>,
+    pub partition: i32,
+    pub offset: i64,
+    pub headers: HashMap<String, Vec<u8>>,
+}
+
+/// Reads `topic` from the beginning with a fresh group until `expected`
+/// records arrived or `timeout` passed; returns what it read.
+pub async fn consume(kafka: &KafkaConfig, topic: &str, expected: usize, timeout: Duration) -> Vec<Record> {
+    use rdkafka::message::Headers;
+    let consumer: StreamConsumer = kafka
+        .client()
+        .set("group.id", unique("testkit"))
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("creating a test consumer");
+    consumer.subscribe(&[topic]).expect("subscribing");
+    let deadline = Instant::now() + timeout;
+    let mut out = Vec::with_capacity(expected);
+    while out.len() < expected {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        match tokio::time::timeout(left, consumer.recv()).await {
+            Ok(Ok(m)) => out.push(Record {
+                key: m.key().unwrap_or_default().to_vec(),
+                payload: m.payload().unwrap_or_default().to_vec(),
+                partition: m.partition(),
+                offset: m.offset(),
+                headers: m
+                    .headers()
+                    .map(|h| {
+                        h.iter()
+                            .map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec()))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            }),
+            Ok(Err(e)) => panic!("consuming {topic}: {e}"),
+            Err(_) => break,
+        }
+    }
+    out
+}
