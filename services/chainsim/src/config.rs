@@ -95,7 +95,8 @@ impl ChainConfig {
     pub fn transactions_in_slot(&self, slot: u64) -> u32 {
         let per_slot_x1000 = |s: u64| u128::from(s) * u128::from(self.tx_per_sec) * u128::from(self.slot_ms);
         let base = (per_slot_x1000(slot + 1) / 1_000 - per_slot_x1000(slot) / 1_000) as u32;
-        let in_burst = self.burst_every_slots > 0 && slot % self.burst_every_slots >= self.burst_every_slots - self.burst_slots;
+        let in_burst =
+            self.burst_every_slots > 0 && slot % self.burst_every_slots >= self.burst_every_slots - self.burst_slots;
         if in_burst { base * self.burst_factor } else { base }
     }
 
@@ -111,11 +112,7 @@ mod tests {
 
     #[test]
     fn slot_counts_average_to_the_rate_without_drift() {
-        let config = ChainConfig {
-            tx_per_sec: 333,
-            burst_every_slots: 0,
-            ..ChainConfig::default()
-        };
+        let config = ChainConfig { tx_per_sec: 333, burst_every_slots: 0, ..ChainConfig::default() };
         let total: u64 = (0..2_500).map(|s| u64::from(config.transactions_in_slot(s))).sum();
         // 2,500 slots × 0.4 s = 1,000 s at 333/s.
         assert_eq!(total, 333_000);
@@ -136,10 +133,7 @@ mod tests {
 
     #[test]
     fn validation_names_the_field() {
-        let bad = ChainConfig {
-            burst_slots: 200,
-            ..ChainConfig::default()
-        };
+        let bad = ChainConfig { burst_slots: 200, ..ChainConfig::default() };
         assert!(bad.validate().unwrap_err().contains("burst_slots"));
         assert!(fraction_to_ppm("malformed", 1.5).unwrap_err().contains("malformed"));
         assert_eq!(fraction_to_ppm("x", 0.01), Ok(10_000));

@@ -75,19 +75,8 @@ impl Chain {
         config.validate()?;
         let mut rng = Rng::seeded(config.seed);
         let world = World::genesis(&config, &mut rng.fork(0));
-        let pool_index = world
-            .pools
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (p.info.pool.clone(), i))
-            .collect();
-        Ok(Self {
-            config,
-            rng: rng.fork(1),
-            world,
-            pool_index,
-            next_slot: 0,
-        })
+        let pool_index = world.pools.iter().enumerate().map(|(i, p)| (p.info.pool.clone(), i)).collect();
+        Ok(Self { config, rng: rng.fork(1), world, pool_index, next_slot: 0 })
     }
 
     pub fn config(&self) -> &ChainConfig {
@@ -121,8 +110,7 @@ impl Chain {
     /// The current state of pool `index` on the wire, as of the last slot produced.
     pub fn pool_state(&self, index: usize) -> sluice_core::dex::PoolState {
         let pool = &self.world.pools[index];
-        pool.state
-            .to_proto(&pool.info.pool, self.next_slot.saturating_sub(1), &pool.params)
+        pool.state.to_proto(&pool.info.pool, self.next_slot.saturating_sub(1), &pool.params)
     }
 
     /// Advances the chain until `slot` is the next one, discarding blocks.
@@ -137,12 +125,8 @@ impl Chain {
         let slot = self.next_slot;
         let block_time_ms = self.config.block_time_ms(slot);
         let count = self.config.transactions_in_slot(slot);
-        let mut block = Block {
-            slot,
-            block_time_ms,
-            transactions: Vec::with_capacity(count as usize),
-            touched_pools: Vec::new(),
-        };
+        let mut block =
+            Block { slot, block_time_ms, transactions: Vec::with_capacity(count as usize), touched_pools: Vec::new() };
         for index in 0..count {
             let generated = self.next_transaction(slot, index, block_time_ms, &mut block.touched_pools);
             block.transactions.push(generated);
@@ -167,10 +151,7 @@ impl Chain {
             let hops = self.swap(&mut builder, touched);
             TxKind::Swap { hops }
         };
-        GeneratedTx {
-            tx: builder.finish(),
-            kind,
-        }
+        GeneratedTx { tx: builder.finish(), kind }
     }
 
     /// Draws a first hop: a pool, a direction leaning back towards the
@@ -208,11 +189,7 @@ impl Chain {
             // transaction keeps the slot's count and changes nothing.
             return 0;
         };
-        let max_hops = if self.rng.chance_ppm(self.config.multi_hop_ppm) {
-            self.rng.between(2, 3) as usize
-        } else {
-            1
-        };
+        let max_hops = if self.rng.chance_ppm(self.config.multi_hop_ppm) { self.rng.between(2, 3) as usize } else { 1 };
         let mut route = vec![(first_pool, first)];
         while route.len() < max_hops {
             let &(last_pool, last) = route.last().expect("route starts with one hop");
@@ -234,11 +211,7 @@ impl Chain {
             }
         }
         for (pool_idx, quote) in &route {
-            let seq = Seq {
-                slot: b.tx.slot,
-                tx_index: b.tx.index,
-                ix_index: b.instructions.len() as u32,
-            };
+            let seq = Seq { slot: b.tx.slot, tx_index: b.tx.index, ix_index: b.instructions.len() as u32 };
             self.emit_hop(b, trader, *pool_idx, quote, true);
             self.commit(trader, *pool_idx, quote, seq);
             touched.push(*pool_idx);
@@ -248,11 +221,7 @@ impl Chain {
 
     fn commit(&mut self, trader: usize, pool_idx: usize, q: &Quote, seq: Seq) {
         let pool = &mut self.world.pools[pool_idx];
-        let (token_in, token_out) = if q.a_to_b {
-            (pool.token_a, pool.token_b)
-        } else {
-            (pool.token_b, pool.token_a)
-        };
+        let (token_in, token_out) = if q.a_to_b { (pool.token_a, pool.token_b) } else { (pool.token_b, pool.token_a) };
         pool.state = q.post;
         pool.state.swaps_applied += 1;
         pool.state.last_applied = Some(seq);
@@ -270,7 +239,8 @@ impl Chain {
         let pool = &self.world.pools[pool_idx];
         let t = &self.world.traders[trader];
         let s = pool.state;
-        let (post_a, post_b) = if effective { (q.post.reserve_a, q.post.reserve_b) } else { (s.reserve_a, s.reserve_b) };
+        let (post_a, post_b) =
+            if effective { (q.post.reserve_a, q.post.reserve_b) } else { (s.reserve_a, s.reserve_b) };
         let (tok_in, tok_out) = if q.a_to_b { (pool.token_a, pool.token_b) } else { (pool.token_b, pool.token_a) };
         let (in_acct, out_acct) = (t.accounts[tok_in].as_str(), t.accounts[tok_out].as_str());
         let (in_pre, out_pre) = (t.balances[tok_in], t.balances[tok_out]);
@@ -306,14 +276,27 @@ impl Chain {
                 let x = &pool.extra_accounts;
                 (
                     venue::CLMM_PROGRAM,
-                    vec![TOKEN_PROGRAM, &t.wallet, &pool.info.pool, acct_a, &pool.info.vault_a, acct_b, &pool.info.vault_b, &x[0], &x[1], &x[2], &x[3]],
+                    vec![
+                        TOKEN_PROGRAM,
+                        &t.wallet,
+                        &pool.info.pool,
+                        acct_a,
+                        &pool.info.vault_a,
+                        acct_b,
+                        &pool.info.vault_b,
+                        &x[0],
+                        &x[1],
+                        &x[2],
+                        &x[3],
+                    ],
                     data.encode(),
                     Some(event.encode()),
                 )
             }
             Venue::OrderBook => {
                 let side = if q.a_to_b { clob::Side::Ask } else { clob::Side::Bid };
-                let limit = if q.a_to_b { q.price_ticks - q.price_ticks / 20 } else { q.price_ticks + q.price_ticks / 20 };
+                let limit =
+                    if q.a_to_b { q.price_ticks - q.price_ticks / 20 } else { q.price_ticks + q.price_ticks / 20 };
                 let data = clob::SwapOrder {
                     side,
                     price_in_ticks: limit,
@@ -330,19 +313,36 @@ impl Chain {
                 };
                 (
                     venue::CLOB_PROGRAM,
-                    vec![venue::CLOB_PROGRAM, &self.world.clob_log_authority, &pool.info.pool, &t.wallet, acct_a, acct_b, &pool.info.vault_a, &pool.info.vault_b, TOKEN_PROGRAM],
+                    vec![
+                        venue::CLOB_PROGRAM,
+                        &self.world.clob_log_authority,
+                        &pool.info.pool,
+                        &t.wallet,
+                        acct_a,
+                        acct_b,
+                        &pool.info.vault_a,
+                        &pool.info.vault_b,
+                        TOKEN_PROGRAM,
+                    ],
                     data.encode(),
                     Some(event.encode()),
                 )
             }
             Venue::ConstantProduct | Venue::Unspecified => {
-                let data = cpamm::SwapBaseIn {
-                    amount_in: q.amount_in,
-                    minimum_amount_out: q.amount_out - q.amount_out / 100,
-                };
+                let data =
+                    cpamm::SwapBaseIn { amount_in: q.amount_in, minimum_amount_out: q.amount_out - q.amount_out / 100 };
                 (
                     venue::CPAMM_PROGRAM,
-                    vec![TOKEN_PROGRAM, &pool.info.pool, &pool.authority, &pool.info.vault_a, &pool.info.vault_b, in_acct, out_acct, &t.wallet],
+                    vec![
+                        TOKEN_PROGRAM,
+                        &pool.info.pool,
+                        &pool.authority,
+                        &pool.info.vault_a,
+                        &pool.info.vault_b,
+                        in_acct,
+                        out_acct,
+                        &t.wallet,
+                    ],
                     data.encode(),
                     None,
                 )
@@ -397,13 +397,7 @@ struct TxBuilder {
 impl TxBuilder {
     fn new(slot: u64, index: u32, block_time_ms: i64, signature: String) -> Self {
         Self {
-            tx: ChainTransaction {
-                slot,
-                index,
-                signature,
-                block_time_ms,
-                ..ChainTransaction::default()
-            },
+            tx: ChainTransaction { slot, index, signature, block_time_ms, ..ChainTransaction::default() },
             instructions: Vec::new(),
         }
     }
@@ -422,12 +416,7 @@ impl TxBuilder {
     fn instruction(&mut self, program: &str, accounts: &[&str], data: Vec<u8>, event: Option<Vec<u8>>) {
         let program_id_index = self.key(program);
         let accounts = accounts.iter().map(|a| self.key(a)).collect();
-        self.instructions.push(Instruction {
-            program_id_index,
-            accounts,
-            data,
-            events: event.into_iter().collect(),
-        });
+        self.instructions.push(Instruction { program_id_index, accounts, data, events: event.into_iter().collect() });
     }
 
     /// Records a balance change; the first touch of an account sets `pre`.

@@ -67,19 +67,15 @@ impl History {
     /// State of pool `index` after every transaction of `at_slot`.
     pub fn state_at(&self, index: usize, at_slot: u64) -> Result<PoolState, HistoryError> {
         if self.head.is_none_or(|h| at_slot > h) {
-            return Err(HistoryError::Future {
-                at_slot,
-                head: self.head,
-            });
+            return Err(HistoryError::Future { at_slot, head: self.head });
         }
         let ring = &self.per_pool[index];
         let after = ring.partition_point(|(slot, _)| *slot <= at_slot);
         match after.checked_sub(1) {
             Some(i) => Ok(ring[i].1),
-            None if self.trimmed[index] => Err(HistoryError::Evicted {
-                at_slot,
-                oldest: ring.front().map_or(0, |(s, _)| *s),
-            }),
+            None if self.trimmed[index] => {
+                Err(HistoryError::Evicted { at_slot, oldest: ring.front().map_or(0, |(s, _)| *s) })
+            }
             None => Ok(self.genesis[index]),
         }
     }
@@ -92,11 +88,7 @@ mod tests {
 
     #[test]
     fn answers_any_kept_slot_exactly_and_refuses_others() {
-        let config = ChainConfig {
-            tx_per_sec: 250,
-            pools: 6,
-            ..ChainConfig::default()
-        };
+        let config = ChainConfig { tx_per_sec: 250, pools: 6, ..ChainConfig::default() };
         let mut chain = Chain::new(config).expect("valid config");
         let mut history = History::new(&chain, 1_000);
         let mut snapshots = Vec::new();

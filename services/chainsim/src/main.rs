@@ -111,9 +111,7 @@ struct ChainArgs {
 impl ChainArgs {
     fn config(&self) -> Result<ChainConfig> {
         let genesis_ms = self.genesis_ms.unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as i64)
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
         });
         let ppm = |name: &str, v: f64| fraction_to_ppm(name, v).map_err(anyhow::Error::msg);
         let config = ChainConfig {
@@ -167,11 +165,7 @@ fn init_tracing() {
 async fn main() -> Result<()> {
     init_tracing();
     match Cli::parse().command {
-        Command::Serve {
-            listen,
-            history_per_pool,
-            chain,
-        } => {
+        Command::Serve { listen, history_per_pool, chain } => {
             let config = chain.config()?;
             let chain = Chain::new(config.clone()).map_err(anyhow::Error::msg)?;
             let (listener, addr) = ChainNode::bind(listen).await.with_context(|| format!("binding {listen}"))?;
@@ -180,17 +174,7 @@ async fn main() -> Result<()> {
             node.serve(listener, shutdown_signal()).await.context("serving gRPC")?;
             tracing::info!("Chain stopped");
         }
-        Command::Feed {
-            brokers,
-            topic,
-            create_topic_partitions,
-            slots,
-            transactions,
-            seconds,
-            paced,
-            json,
-            chain,
-        } => {
+        Command::Feed { brokers, topic, create_topic_partitions, slots, transactions, seconds, paced, json, chain } => {
             let kafka = KafkaConfig::new(brokers);
             if let Some(partitions) = create_topic_partitions {
                 ensure_topics(&kafka, &[TopicSpec::new(&topic, partitions)], Duration::from_secs(30))

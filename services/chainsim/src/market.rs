@@ -56,11 +56,7 @@ fn with_reserves(pool: &Pool, a_to_b: bool, amount_in: u64, amount_out: u64) -> 
     if reserve_a == 0 || reserve_b == 0 {
         return None;
     }
-    Some(PoolState {
-        reserve_a,
-        reserve_b,
-        ..s
-    })
+    Some(PoolState { reserve_a, reserve_b, ..s })
 }
 
 fn plain(a_to_b: bool, amount_in: u64, amount_out: u64, post: PoolState) -> Quote {
@@ -80,11 +76,7 @@ fn plain(a_to_b: bool, amount_in: u64, amount_out: u64, post: PoolState) -> Quot
 
 fn constant_product(pool: &Pool, a_to_b: bool, amount_in: u64) -> Option<Quote> {
     let s = pool.state;
-    let (r_in, r_out) = if a_to_b {
-        (s.reserve_a, s.reserve_b)
-    } else {
-        (s.reserve_b, s.reserve_a)
-    };
+    let (r_in, r_out) = if a_to_b { (s.reserve_a, s.reserve_b) } else { (s.reserve_b, s.reserve_a) };
     let net = after_fee(amount_in, pool.info.fee_bps);
     let out = u128::from(r_out).checked_mul(net)? / (u128::from(r_in) + net);
     let out = u64::try_from(out).ok().filter(|&o| o > 0)?;
@@ -113,10 +105,7 @@ fn concentrated(pool: &Pool, a_to_b: bool, amount_in: u64) -> Option<Quote> {
         return None;
     }
     post.sqrt_price_x64 = post_sqrt;
-    Some(Quote {
-        pre_sqrt_price_x64: sqrt,
-        ..plain(a_to_b, amount_in, out, post)
-    })
+    Some(Quote { pre_sqrt_price_x64: sqrt, ..plain(a_to_b, amount_in, out, post) })
 }
 
 fn order_book(pool: &Pool, a_to_b: bool, amount_in: u64) -> Option<Quote> {
@@ -141,20 +130,13 @@ fn order_book(pool: &Pool, a_to_b: bool, amount_in: u64) -> Option<Quote> {
     let base = lots.checked_mul(lot)?;
     let quote_atoms = lots.checked_mul(price)?.checked_mul(tick)?;
     let fee = quote_atoms * fee_bps / 10_000;
-    let (amount_in, amount_out) = if a_to_b {
-        (base, quote_atoms.checked_sub(fee).filter(|&q| q > 0)?)
-    } else {
-        (quote_atoms + fee, base)
-    };
+    let (amount_in, amount_out) =
+        if a_to_b { (base, quote_atoms.checked_sub(fee).filter(|&q| q > 0)?) } else { (quote_atoms + fee, base) };
     let mut post = with_reserves(pool, a_to_b, amount_in, amount_out)?;
     post.last_price_ticks = price;
     // Taking 1% of the base vault moves the mid by 0.5%, at least a tick.
     let impact = (u128::from(mid) * u128::from(base) / (2 * u128::from(pool.state.reserve_a.max(1)))).max(1) as u64;
-    let post_mid_ticks = if a_to_b {
-        mid.saturating_sub(impact).max(2)
-    } else {
-        mid.checked_add(impact)?
-    };
+    let post_mid_ticks = if a_to_b { mid.saturating_sub(impact).max(2) } else { mid.checked_add(impact)? };
     Some(Quote {
         lots,
         price_ticks: price,

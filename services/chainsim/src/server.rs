@@ -12,12 +12,12 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures_util::Stream;
+use sluice_core::pool::PriceParams;
 use sluice_proto::chain::v1::chain_server::{Chain as ChainApi, ChainServer};
 use sluice_proto::chain::v1::{
     GetHeadRequest, GetHeadResponse, GetPoolRequest, ListPoolsRequest, ListPoolsResponse, ListTokensRequest,
     ListTokensResponse, SlotEnd, SubscribeRequest, SubscribeUpdate, subscribe_update,
 };
-use sluice_core::pool::PriceParams;
 use sluice_proto::dex::v1::{PoolInfo, PoolState, TokenMetadata};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
@@ -41,9 +41,7 @@ pub struct ServerOptions {
 
 impl Default for ServerOptions {
     fn default() -> Self {
-        Self {
-            history_per_pool: 50_000,
-        }
+        Self { history_per_pool: 50_000 }
     }
 }
 
@@ -69,9 +67,7 @@ pub struct ChainNode {
 }
 
 fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 impl ChainNode {
@@ -82,12 +78,7 @@ impl ChainNode {
             tokens: chain.tokens(),
             pools: chain.pool_infos(),
             params: chain.pools().iter().map(|p| p.params).collect(),
-            pool_index: chain
-                .pool_infos()
-                .iter()
-                .enumerate()
-                .map(|(i, p)| (p.pool.clone(), i))
-                .collect(),
+            pool_index: chain.pool_infos().iter().enumerate().map(|(i, p)| (p.pool.clone(), i)).collect(),
             checkpoints: RwLock::new(vec![chain.clone()]),
             history: RwLock::new(History::new(&chain, options.history_per_pool)),
             head,
@@ -162,17 +153,9 @@ async fn run_head(shared: Arc<Shared>, mut chain: Chain) {
             }
         };
         chain = next;
-        shared
-            .history
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .record(&block, &chain);
+        shared.history.write().unwrap_or_else(|e| e.into_inner()).record(&block, &chain);
         if chain.next_slot() % CHECKPOINT_EVERY == 0 {
-            shared
-                .checkpoints
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(chain.clone());
+            shared.checkpoints.write().unwrap_or_else(|e| e.into_inner()).push(chain.clone());
         }
         shared.head.send_replace(Some(block.slot));
     }
@@ -198,9 +181,7 @@ async fn stream_slots(shared: Arc<Shared>, mut chain: Chain, tx: mpsc::Sender<Re
         chain = next;
         let count = block.transactions.len() as u32;
         for generated in block.transactions {
-            let update = SubscribeUpdate {
-                update: Some(subscribe_update::Update::Transaction(generated.tx)),
-            };
+            let update = SubscribeUpdate { update: Some(subscribe_update::Update::Transaction(generated.tx)) };
             if tx.send(Ok(update)).await.is_err() {
                 return; // the client went away
             }
@@ -245,21 +226,13 @@ impl ChainApi for ChainNode {
 
     async fn get_pool(&self, request: Request<GetPoolRequest>) -> Result<Response<PoolState>, Status> {
         let GetPoolRequest { pool, at_slot } = request.into_inner();
-        let index = *self
-            .shared
-            .pool_index
-            .get(&pool)
-            .ok_or_else(|| Status::not_found(format!("no pool {pool}")))?;
-        let state = self
-            .shared
-            .history
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .state_at(index, at_slot)
-            .map_err(|e| match e {
+        let index = *self.shared.pool_index.get(&pool).ok_or_else(|| Status::not_found(format!("no pool {pool}")))?;
+        let state = self.shared.history.read().unwrap_or_else(|e| e.into_inner()).state_at(index, at_slot).map_err(
+            |e| match e {
                 HistoryError::Future { .. } => Status::out_of_range(e.to_string()),
                 HistoryError::Evicted { .. } => Status::failed_precondition(e.to_string()),
-            })?;
+            },
+        )?;
         let params = self.shared.params[index];
         Ok(Response::new(state.to_proto(&pool, at_slot, &params)))
     }
@@ -272,10 +245,7 @@ impl ChainApi for ChainNode {
     }
 
     async fn list_pools(&self, _: Request<ListPoolsRequest>) -> Result<Response<ListPoolsResponse>, Status> {
-        Ok(Response::new(ListPoolsResponse {
-            pools: self.shared.pools.clone(),
-            head_slot: self.head().unwrap_or(0),
-        }))
+        Ok(Response::new(ListPoolsResponse { pools: self.shared.pools.clone(), head_slot: self.head().unwrap_or(0) }))
     }
 
     async fn get_head(&self, _: Request<GetHeadRequest>) -> Result<Response<GetHeadResponse>, Status> {
@@ -286,4 +256,3 @@ impl ChainApi for ChainNode {
         }))
     }
 }
-

@@ -119,11 +119,7 @@ impl World {
                 let accounts = tokens.iter().map(|_| random_key(rng)).collect();
                 // Ten million UI units of everything: traders trade, they do not run dry.
                 let balances = tokens.iter().map(|t| (1e7 * pow10(t.meta.decimals)) as u64).collect();
-                Trader {
-                    wallet,
-                    accounts,
-                    balances,
-                }
+                Trader { wallet, accounts, balances }
             })
             .collect();
         Self {
@@ -150,16 +146,7 @@ fn make_tokens(count: usize, rng: &mut Rng) -> Vec<Token> {
                     (format!("TKN{i:03}"), format!("Synthetic token {i}"), decimals, price)
                 }
             };
-            Token {
-                meta: TokenMetadata {
-                    mint: random_key(rng),
-                    symbol,
-                    name,
-                    decimals,
-                    created_slot: 0,
-                },
-                usd_price,
-            }
+            Token { meta: TokenMetadata { mint: random_key(rng), symbol, name, decimals, created_slot: 0 }, usd_price }
         })
         .collect()
 }
@@ -179,11 +166,7 @@ fn make_pool(venue: Venue, a: usize, b: usize, tokens: &[Token], rng: &mut Rng) 
     let authority = random_key(rng);
     let extra_accounts = (0..4).map(|_| random_key(rng)).collect();
 
-    let mut state = PoolState {
-        reserve_a,
-        reserve_b,
-        ..PoolState::default()
-    };
+    let mut state = PoolState { reserve_a, reserve_b, ..PoolState::default() };
     let (mut liquidity, mut mid_ticks, mut tick_size, mut base_lot_size) = (0u128, 0u64, 0u64, 0u64);
     match venue {
         Venue::ConcentratedLiquidity => {
@@ -204,13 +187,7 @@ fn make_pool(venue: Venue, a: usize, b: usize, tokens: &[Token], rng: &mut Rng) 
         }
         Venue::ConstantProduct | Venue::Unspecified => {}
     }
-    let params = PriceParams {
-        venue,
-        decimals_a: da,
-        decimals_b: db,
-        tick_size,
-        base_lot_size,
-    };
+    let params = PriceParams { venue, decimals_a: da, decimals_b: db, tick_size, base_lot_size };
     Pool {
         info: PoolInfo {
             pool: address,

@@ -22,10 +22,7 @@ fn config(seed: u64) -> ChainConfig {
 }
 
 fn stream_bytes(chain: &mut Chain, slots: u64) -> Vec<Vec<u8>> {
-    (0..slots)
-        .flat_map(|_| chain.next_block().transactions)
-        .map(|g| g.tx.encode_to_vec())
-        .collect()
+    (0..slots).flat_map(|_| chain.next_block().transactions).map(|g| g.tx.encode_to_vec()).collect()
 }
 
 #[test]

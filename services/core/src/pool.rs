@@ -20,21 +20,13 @@ pub struct Seq {
 
 impl From<Seq> for crate::dex::Sequence {
     fn from(s: Seq) -> Self {
-        Self {
-            slot: s.slot,
-            tx_index: s.tx_index,
-            ix_index: s.ix_index,
-        }
+        Self { slot: s.slot, tx_index: s.tx_index, ix_index: s.ix_index }
     }
 }
 
 impl From<&crate::dex::Sequence> for Seq {
     fn from(s: &crate::dex::Sequence) -> Self {
-        Self {
-            slot: s.slot,
-            tx_index: s.tx_index,
-            ix_index: s.ix_index,
-        }
+        Self { slot: s.slot, tx_index: s.tx_index, ix_index: s.ix_index }
     }
 }
 
@@ -144,11 +136,7 @@ mod tests {
     fn swap(slot: u64, tx_index: u32, a: u64, b: u64) -> SwapFact<'static> {
         SwapFact {
             venue: Venue::ConstantProduct,
-            seq: Seq {
-                slot,
-                tx_index,
-                ix_index: 0,
-            },
+            seq: Seq { slot, tx_index, ix_index: 0 },
             post_reserve_a: a,
             post_reserve_b: b,
             ..SwapFact::default()
@@ -175,40 +163,19 @@ mod tests {
             reserve_b: 150_000_000,   // 150 USDC (6 decimals)
             ..Default::default()
         };
-        let params = PriceParams {
-            venue: Venue::ConstantProduct,
-            decimals_a: 9,
-            decimals_b: 6,
-            tick_size: 0,
-            base_lot_size: 0,
-        };
+        let params =
+            PriceParams { venue: Venue::ConstantProduct, decimals_a: 9, decimals_b: 6, tick_size: 0, base_lot_size: 0 };
         assert!((cp.price(&params) - 150.0).abs() < 1e-9);
 
         // sqrt price 2.0 → raw price 4, decimals equal → 4.0.
-        let cl = PoolState {
-            sqrt_price_x64: 2u128 << 64,
-            ..Default::default()
-        };
-        let cl_params = PriceParams {
-            venue: Venue::ConcentratedLiquidity,
-            decimals_a: 6,
-            decimals_b: 6,
-            ..params
-        };
+        let cl = PoolState { sqrt_price_x64: 2u128 << 64, ..Default::default() };
+        let cl_params = PriceParams { venue: Venue::ConcentratedLiquidity, decimals_a: 6, decimals_b: 6, ..params };
         assert!((cl.price(&cl_params) - 4.0).abs() < 1e-12);
 
         // 150_000 ticks × 1 quote atom per lot per tick, lots of 0.001 SOL:
         // 150_000 µUSDC per 0.001 SOL = 150 USDC per SOL.
-        let ob = PoolState {
-            last_price_ticks: 150_000,
-            ..Default::default()
-        };
-        let ob_params = PriceParams {
-            venue: Venue::OrderBook,
-            tick_size: 1,
-            base_lot_size: 1_000_000,
-            ..params
-        };
+        let ob = PoolState { last_price_ticks: 150_000, ..Default::default() };
+        let ob_params = PriceParams { venue: Venue::OrderBook, tick_size: 1, base_lot_size: 1_000_000, ..params };
         assert!((ob.price(&ob_params) - 150.0).abs() < 1e-9);
     }
 }

@@ -63,12 +63,7 @@ pub enum RecognizeError {
     #[error("instruction {ix}: program index {index} outside {len} account keys")]
     ProgramOutOfRange { ix: u32, index: u32, len: usize },
     #[error("instruction {ix}: {venue} takes {need} accounts, got {have}")]
-    MissingAccounts {
-        ix: u32,
-        venue: &'static str,
-        have: usize,
-        need: usize,
-    },
+    MissingAccounts { ix: u32, venue: &'static str, have: usize, need: usize },
     #[error("instruction {ix}: account index {index} outside the account keys")]
     AccountOutOfRange { ix: u32, index: u32 },
     #[error("instruction {ix}: {source}")]
@@ -106,19 +101,12 @@ pub fn recognize<'a>(tx: &'a ChainTransaction, key: &str) -> Result<Recognized<'
         if route::instruction_key(tx, ix) != key {
             continue;
         }
-        let ctx = Ctx {
-            tx,
-            ix,
-            ix_index: ix_index as u32,
-        };
-        let program = tx
-            .account_keys
-            .get(ix.program_id_index as usize)
-            .ok_or(RecognizeError::ProgramOutOfRange {
-                ix: ctx.ix_index,
-                index: ix.program_id_index,
-                len: tx.account_keys.len(),
-            })?;
+        let ctx = Ctx { tx, ix, ix_index: ix_index as u32 };
+        let program = tx.account_keys.get(ix.program_id_index as usize).ok_or(RecognizeError::ProgramOutOfRange {
+            ix: ctx.ix_index,
+            index: ix.program_id_index,
+            len: tx.account_keys.len(),
+        })?;
         match venue::venue_of_program(program) {
             None => out.unknown_venue += 1,
             Some(Venue::ConstantProduct) => out.swaps.push(ctx.constant_product()?),
@@ -147,12 +135,7 @@ impl<'a> Ctx<'a> {
     fn require_accounts(&self, venue: &'static str, need: usize) -> Result<(), RecognizeError> {
         let have = self.ix.accounts.len();
         if have < need {
-            return Err(RecognizeError::MissingAccounts {
-                ix: self.ix_index,
-                venue,
-                have,
-                need,
-            });
+            return Err(RecognizeError::MissingAccounts { ix: self.ix_index, venue, have, need });
         }
         Ok(())
     }
@@ -187,11 +170,7 @@ impl<'a> Ctx<'a> {
     }
 
     fn event(&self, event: &'static str) -> Result<&'a [u8], RecognizeError> {
-        self.ix
-            .events
-            .first()
-            .map(Vec::as_slice)
-            .ok_or(RecognizeError::MissingEvent { ix: self.ix_index, event })
+        self.ix.events.first().map(Vec::as_slice).ok_or(RecognizeError::MissingEvent { ix: self.ix_index, event })
     }
 
     fn inconsistent(&self, reason: String) -> RecognizeError {
@@ -222,11 +201,7 @@ impl<'a> Ctx<'a> {
     fn fact(&self, venue: Venue, pool: &'a str, trader: &'a str, a: &Movement<'a>, b: &Movement<'a>) -> SwapFact<'a> {
         SwapFact {
             venue,
-            seq: Seq {
-                slot: self.tx.slot,
-                tx_index: self.tx.index,
-                ix_index: self.ix_index,
-            },
+            seq: Seq { slot: self.tx.slot, tx_index: self.tx.index, ix_index: self.ix_index },
             pool,
             signature: &self.tx.signature,
             trader,
@@ -249,23 +224,14 @@ impl<'a> Ctx<'a> {
         let b = self.movement(acc::VAULT_B, "token B vault")?;
         let (a_to_b, amount_in, amount_out) = self.direction(&a, &b)?;
         if amount_in != data.amount_in {
-            return Err(self.inconsistent(format!(
-                "pool received {amount_in}, instruction sold {}",
-                data.amount_in
-            )));
+            return Err(self.inconsistent(format!("pool received {amount_in}, instruction sold {}", data.amount_in)));
         }
         if amount_out < data.minimum_amount_out {
-            return Err(self.inconsistent(format!(
-                "pool paid {amount_out}, below the minimum {}",
-                data.minimum_amount_out
-            )));
+            return Err(
+                self.inconsistent(format!("pool paid {amount_out}, below the minimum {}", data.minimum_amount_out))
+            );
         }
-        Ok(SwapFact {
-            a_to_b,
-            amount_in,
-            amount_out,
-            ..self.fact(Venue::ConstantProduct, pool, trader, &a, &b)
-        })
+        Ok(SwapFact { a_to_b, amount_in, amount_out, ..self.fact(Venue::ConstantProduct, pool, trader, &a, &b) })
     }
 
     fn concentrated(&self) -> Result<SwapFact<'a>, RecognizeError> {
@@ -312,16 +278,13 @@ impl<'a> Ctx<'a> {
         if order.side != fill.side || a_to_b != (fill.side == clob::Side::Ask) {
             return Err(self.inconsistent("side differs between order, fill and vaults".into()));
         }
-        let (base_atoms, quote_atoms) = if a_to_b {
-            (amount_in, amount_out)
-        } else {
-            (amount_out, amount_in)
-        };
+        let (base_atoms, quote_atoms) = if a_to_b { (amount_in, amount_out) } else { (amount_out, amount_in) };
         let expected_quote = match fill.side {
             clob::Side::Bid => fill.quote_atoms_filled.checked_add(fill.fee_in_quote_atoms),
             clob::Side::Ask => fill.quote_atoms_filled.checked_sub(fill.fee_in_quote_atoms),
         };
-        if fill.base_lots_filled == 0 || base_atoms % fill.base_lots_filled != 0 || expected_quote != Some(quote_atoms) {
+        if fill.base_lots_filled == 0 || base_atoms % fill.base_lots_filled != 0 || expected_quote != Some(quote_atoms)
+        {
             return Err(self.inconsistent(format!(
                 "vaults moved {base_atoms} base / {quote_atoms} quote atoms, fill says {} lots / {} quote atoms",
                 fill.base_lots_filled, fill.quote_atoms_filled

@@ -24,12 +24,7 @@ impl Rng {
     /// A generator whose whole output is determined by `seed`.
     pub fn seeded(seed: u64) -> Self {
         let mut x = seed;
-        let state = [
-            splitmix64(&mut x),
-            splitmix64(&mut x),
-            splitmix64(&mut x),
-            splitmix64(&mut x),
-        ];
+        let state = [splitmix64(&mut x), splitmix64(&mut x), splitmix64(&mut x), splitmix64(&mut x)];
         Self { state }
     }
 

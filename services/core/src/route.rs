@@ -18,9 +18,7 @@ pub fn instruction_key<'a>(tx: &'a ChainTransaction, ix: &Instruction) -> &'a st
         tx.account_keys.get(index).map(String::as_str)
     };
     let program = tx.account_keys.get(ix.program_id_index as usize).map(String::as_str);
-    let position = program
-        .and_then(venue::venue_of_program)
-        .map_or(0, venue::pool_account_position);
+    let position = program.and_then(venue::venue_of_program).map_or(0, venue::pool_account_position);
     account(position).unwrap_or(&tx.signature)
 }
 
@@ -55,11 +53,7 @@ mod tests {
     }
 
     fn ix(program: u32, accounts: &[u32]) -> Instruction {
-        Instruction {
-            program_id_index: program,
-            accounts: accounts.to_vec(),
-            ..Default::default()
-        }
+        Instruction { program_id_index: program, accounts: accounts.to_vec(), ..Default::default() }
     }
 
     #[test]

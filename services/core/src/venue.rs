@@ -56,28 +56,16 @@ pub fn pool_account_position(venue: Venue) -> usize {
 pub enum LayoutError {
     /// Fewer bytes than the layout needs.
     #[error("{what}: {len} bytes, layout needs {need}")]
-    Truncated {
-        what: &'static str,
-        len: usize,
-        need: usize,
-    },
+    Truncated { what: &'static str, len: usize, need: usize },
     /// More bytes than the layout has.
     #[error("{what}: {len} bytes, layout has {need}")]
-    TrailingBytes {
-        what: &'static str,
-        len: usize,
-        need: usize,
-    },
+    TrailingBytes { what: &'static str, len: usize, need: usize },
     /// The leading tag or discriminator names another instruction or event.
     #[error("{what}: unknown tag {tag:02x?}")]
     UnknownTag { what: &'static str, tag: Vec<u8> },
     /// A field holds a value the layout does not allow.
     #[error("{what}: invalid {field} {value}")]
-    InvalidField {
-        what: &'static str,
-        field: &'static str,
-        value: u64,
-    },
+    InvalidField { what: &'static str, field: &'static str, value: u64 },
 }
 
 /// Little-endian field reader over a fixed-size layout.
@@ -124,11 +112,7 @@ impl<'a> Reader<'a> {
         match self.u8() {
             0 => Ok(false),
             1 => Ok(true),
-            v => Err(LayoutError::InvalidField {
-                what: self.what,
-                field,
-                value: u64::from(v),
-            }),
+            v => Err(LayoutError::InvalidField { what: self.what, field, value: u64::from(v) }),
         }
     }
 }
@@ -138,15 +122,8 @@ impl<'a> Reader<'a> {
 pub(crate) fn expect_tag(what: &'static str, bytes: &[u8], tag: &[u8]) -> Result<(), LayoutError> {
     match bytes.get(..tag.len()) {
         Some(head) if head == tag => Ok(()),
-        Some(head) => Err(LayoutError::UnknownTag {
-            what,
-            tag: head.to_vec(),
-        }),
-        None => Err(LayoutError::Truncated {
-            what,
-            len: bytes.len(),
-            need: tag.len(),
-        }),
+        Some(head) => Err(LayoutError::UnknownTag { what, tag: head.to_vec() }),
+        None => Err(LayoutError::Truncated { what, len: bytes.len(), need: tag.len() }),
     }
 }
 

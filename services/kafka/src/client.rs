@@ -15,10 +15,7 @@ pub struct KafkaConfig {
 impl KafkaConfig {
     /// A config for `brokers` with no extra properties.
     pub fn new(brokers: impl Into<String>) -> Self {
-        Self {
-            brokers: brokers.into(),
-            properties: Vec::new(),
-        }
+        Self { brokers: brokers.into(), properties: Vec::new() }
     }
 
     /// A base client config: brokers plus the pass-through properties.

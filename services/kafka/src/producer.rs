@@ -10,8 +10,8 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use futures_util::FutureExt;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::future_producer::OwnedDeliveryResult;
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
@@ -62,11 +62,7 @@ impl<T> PipelinedProducer<T> {
     /// An idempotent, `acks=all` producer (see [`KafkaConfig::producer`]).
     pub fn new(config: &KafkaConfig, max_in_flight: usize) -> Result<Self, ProduceError> {
         let producer = config.producer().create().map_err(ProduceError::Create)?;
-        Ok(Self {
-            producer,
-            in_flight: VecDeque::with_capacity(max_in_flight),
-            max_in_flight: max_in_flight.max(1),
-        })
+        Ok(Self { producer, in_flight: VecDeque::with_capacity(max_in_flight), max_in_flight: max_in_flight.max(1) })
     }
 
     /// Records sent but not yet acknowledged.
@@ -76,7 +72,13 @@ impl<T> PipelinedProducer<T> {
 
     /// Enqueues a record. Returns the acknowledgements this call had to wait
     /// for (oldest first) to make room; usually none.
-    pub async fn send(&mut self, topic: &str, key: &[u8], payload: &[u8], tag: T) -> Result<Vec<Acked<T>>, ProduceError> {
+    pub async fn send(
+        &mut self,
+        topic: &str,
+        key: &[u8],
+        payload: &[u8],
+        tag: T,
+    ) -> Result<Vec<Acked<T>>, ProduceError> {
         let mut acked = Vec::new();
         while self.in_flight.len() >= self.max_in_flight {
             acked.push(self.await_oldest().await?);
@@ -97,10 +99,7 @@ impl<T> PipelinedProducer<T> {
                     }
                 }
                 Err((source, _)) => {
-                    return Err(ProduceError::Enqueue {
-                        topic: topic.to_string(),
-                        source,
-                    });
+                    return Err(ProduceError::Enqueue { topic: topic.to_string(), source });
                 }
             }
         }
@@ -135,11 +134,7 @@ impl<T> PipelinedProducer<T> {
 
 fn resolve<T, E>(topic: String, tag: T, result: Result<OwnedDeliveryResult, E>) -> Result<Acked<T>, ProduceError> {
     match result {
-        Ok(Ok(delivery)) => Ok(Acked {
-            partition: delivery.partition,
-            offset: delivery.offset,
-            tag,
-        }),
+        Ok(Ok(delivery)) => Ok(Acked { partition: delivery.partition, offset: delivery.offset, tag }),
         Ok(Err((source, _))) => Err(ProduceError::Delivery { topic, source }),
         Err(_) => Err(ProduceError::Cancelled { topic }),
     }

@@ -29,11 +29,7 @@ pub struct TopicSpec {
 
 impl TopicSpec {
     pub fn new(name: impl Into<String>, partitions: i32) -> Self {
-        Self {
-            name: name.into(),
-            partitions,
-            replication: 1,
-        }
+        Self { name: name.into(), partitions, replication: 1 }
     }
 
     /// The project's topics with a `prefix` (empty in production; tests use
@@ -66,10 +62,8 @@ pub enum TopicError {
 /// all are visible in metadata with the partition count asked for.
 pub async fn ensure_topics(config: &KafkaConfig, specs: &[TopicSpec], timeout: Duration) -> Result<(), TopicError> {
     let admin: AdminClient<DefaultClientContext> = config.client().create().map_err(TopicError::Client)?;
-    let new: Vec<NewTopic<'_>> = specs
-        .iter()
-        .map(|s| NewTopic::new(&s.name, s.partitions, TopicReplication::Fixed(s.replication)))
-        .collect();
+    let new: Vec<NewTopic<'_>> =
+        specs.iter().map(|s| NewTopic::new(&s.name, s.partitions, TopicReplication::Fixed(s.replication))).collect();
     let options = AdminOptions::new().operation_timeout(Some(timeout));
     for result in admin.create_topics(&new, &options).await.map_err(TopicError::Request)? {
         match result {

@@ -39,14 +39,8 @@ pub fn redis_url() -> String {
 /// A name no other test (or test run) uses: topics, groups, Redis keys.
 pub fn unique(prefix: &str) -> String {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    format!(
-        "{prefix}-{}-{nanos:09}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    )
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    format!("{prefix}-{}-{nanos:09}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
 }
 
 /// The repository root (for scripts under `deploy/`).
@@ -91,11 +85,7 @@ pub async fn consume(kafka: &KafkaConfig, topic: &str, expected: usize, timeout:
                 offset: m.offset(),
                 headers: m
                     .headers()
-                    .map(|h| {
-                        h.iter()
-                            .map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec()))
-                            .collect()
-                    })
+                    .map(|h| h.iter().map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec())).collect())
                     .unwrap_or_default(),
             }),
             Ok(Err(e)) => panic!("consuming {topic}: {e}"),

@@ -137,10 +137,7 @@ mod tests {
         assert_eq!(bytes.len(), SWAP_LEN);
         assert_eq!(Swap::decode(&bytes), Ok(ix));
         bytes[SWAP_LEN - 1] = 2;
-        assert!(matches!(
-            Swap::decode(&bytes),
-            Err(LayoutError::InvalidField { field: "a_to_b", value: 2, .. })
-        ));
+        assert!(matches!(Swap::decode(&bytes), Err(LayoutError::InvalidField { field: "a_to_b", value: 2, .. })));
     }
 
     #[test]

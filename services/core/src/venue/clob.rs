@@ -55,11 +55,7 @@ impl Side {
         match value {
             0 => Ok(Side::Bid),
             1 => Ok(Side::Ask),
-            v => Err(LayoutError::InvalidField {
-                what,
-                field: "side",
-                value: u64::from(v),
-            }),
+            v => Err(LayoutError::InvalidField { what, field: "side", value: u64::from(v) }),
         }
     }
 }
@@ -93,11 +89,7 @@ impl SwapOrder {
         r.u8();
         let kind = r.u8();
         if kind != IMMEDIATE_OR_CANCEL {
-            return Err(LayoutError::InvalidField {
-                what: SWAP_WHAT,
-                field: "order kind",
-                value: u64::from(kind),
-            });
+            return Err(LayoutError::InvalidField { what: SWAP_WHAT, field: "order kind", value: u64::from(kind) });
         }
         Ok(Self {
             side: Side::from_byte(SWAP_WHAT, r.u8())?,
@@ -160,27 +152,17 @@ mod tests {
 
     #[test]
     fn order_round_trip_and_field_checks() {
-        let order = SwapOrder {
-            side: Side::Ask,
-            price_in_ticks: 150_000,
-            num_base_lots: 12,
-            min_base_lots_to_fill: 12,
-        };
+        let order =
+            SwapOrder { side: Side::Ask, price_in_ticks: 150_000, num_base_lots: 12, min_base_lots_to_fill: 12 };
         let bytes = order.encode();
         assert_eq!(bytes.len(), SWAP_LEN);
         assert_eq!(SwapOrder::decode(&bytes), Ok(order));
         let mut bad_kind = bytes.clone();
         bad_kind[1] = 1;
-        assert!(matches!(
-            SwapOrder::decode(&bad_kind),
-            Err(LayoutError::InvalidField { field: "order kind", .. })
-        ));
+        assert!(matches!(SwapOrder::decode(&bad_kind), Err(LayoutError::InvalidField { field: "order kind", .. })));
         let mut bad_side = bytes;
         bad_side[2] = 9;
-        assert!(matches!(
-            SwapOrder::decode(&bad_side),
-            Err(LayoutError::InvalidField { field: "side", value: 9, .. })
-        ));
+        assert!(matches!(SwapOrder::decode(&bad_side), Err(LayoutError::InvalidField { field: "side", value: 9, .. })));
     }
 
     #[test]

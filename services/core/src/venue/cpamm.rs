@@ -55,10 +55,7 @@ impl SwapBaseIn {
         expect_tag(WHAT, data, &[TAG])?;
         let mut r = Reader::exact(WHAT, data, LEN)?;
         r.u8();
-        Ok(Self {
-            amount_in: r.u64(),
-            minimum_amount_out: r.u64(),
-        })
+        Ok(Self { amount_in: r.u64(), minimum_amount_out: r.u64() })
     }
 }
 
@@ -68,10 +65,7 @@ mod tests {
 
     #[test]
     fn round_trip() {
-        let ix = SwapBaseIn {
-            amount_in: 1_234_567,
-            minimum_amount_out: u64::MAX,
-        };
+        let ix = SwapBaseIn { amount_in: 1_234_567, minimum_amount_out: u64::MAX };
         let bytes = ix.encode();
         assert_eq!(bytes.len(), LEN);
         assert_eq!(SwapBaseIn::decode(&bytes), Ok(ix));
@@ -79,15 +73,8 @@ mod tests {
 
     #[test]
     fn rejects_other_tags_and_lengths() {
-        let bytes = SwapBaseIn {
-            amount_in: 1,
-            minimum_amount_out: 1,
-        }
-        .encode();
-        assert!(matches!(
-            SwapBaseIn::decode(&bytes[..10]),
-            Err(LayoutError::Truncated { len: 10, need: 17, .. })
-        ));
+        let bytes = SwapBaseIn { amount_in: 1, minimum_amount_out: 1 }.encode();
+        assert!(matches!(SwapBaseIn::decode(&bytes[..10]), Err(LayoutError::Truncated { len: 10, need: 17, .. })));
         let mut longer = bytes.clone();
         longer.push(0);
         assert!(matches!(SwapBaseIn::decode(&longer), Err(LayoutError::TrailingBytes { .. })));
