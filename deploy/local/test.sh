@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone: installs and starts what the tests need (a real
+# Kafka and a real Redis, on ports of their own so they never collide with a demo stack),
+# runs every test of the workspace against them, and stops them again.
+#
+# Usage: deploy/local/test.sh [extra cargo test args, e.g. -p sluice-core]
+#
+# Environment:
+#   SLUICE_TEST_STACK_DIR   <repo>/.stack/test   the test stack's data and logs
+#   SLUICE_TEST_KAFKA_PORT  19092                (controller: +1)
+#   SLUICE_TEST_REDIS_PORT  16379
+#   SLUICE_TEST_KEEP_STACK  unset                set to 1 to leave the stack running afterwards
+#   CARGO_TARGET_DIR        cargo's default      CI points it at a cache outside the clone
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_ROOT=$(cd "$HERE/../.." && pwd)
+cd "$REPO_ROOT"
+
+say() { printf '\n== %s\n' "$*"; }
+die() { printf 'test.sh: error: %s\n' "$*" >&2; exit 1; }
+
+command -v cargo >/dev/null || die "cargo is not installed (the Rust toolchain is a prerequisite)"
+command -v java >/dev/null || die "java is not installed (Java 17 runs the Kafka broker)"
+for tool in cc make perl; do
+  command -v "$tool" >/dev/null || die "$tool is missing: librdkafka is built from source and needs a C toolchain"
+done
+
+export SLUICE_STACK_DIR=${SLUICE_TEST_STACK_DIR:-$REPO_ROOT/.stack/test}
+export SLUICE_KAFKA_PORT=${SLUICE_TEST_KAFKA_PORT:-19092}
+export SLUICE_KAFKA_CONTROLLER_PORT=$((SLUICE_KAFKA_PORT + 1))
+export SLUICE_REDIS_PORT=${SLUICE_TEST_REDIS_PORT:-16379}
+
+stop_stack() {
+  if [[ ${SLUICE_TEST_KEEP_STACK:-} == 1 ]]; then
+    say "leaving the test stack running ($SLUICE_STACK_DIR)"
+  else
+    say "stopping the test stack"
+    "$HERE/stack.sh" down || true
+  fi
+}
+
+say "starting the test stack (real Kafka + Redis)"
+trap stop_stack EXIT
+"$HERE/stack.sh" up || die "the test stack did not start; see $SLUICE_STACK_DIR/logs/"
+eval "$("$HERE/stack.sh" env)"
+export SLUICE_KAFKA_BROKERS SLUICE_REDIS_URL
+
+say "checking formatting"
+cargo fmt --all --check || die "code is not formatted: run cargo fmt --all"
+
+say "checking architecture invariants (ARCHITECTURE.md)"
+core_deps=$(cargo tree --locked -p sluice-core -e normal --prefix none)
+if io=$(grep -E '^(tokio|rdkafka|redis|tonic|hyper|axum) ' <<<"$core_deps"); then
+  die "sluice-core must do no IO, but depends on: $(tr '\n' ' ' <<<"$io")"
+fi
+echo "sluice-core depends on no IO crate"
+
+say "building and running every test (Kafka $SLUICE_KAFKA_BROKERS, Redis $SLUICE_REDIS_URL)"
+# Two tests at a time per test binary: the machine has two cores and the broker needs some.
+test_log="$SLUICE_STACK_DIR/logs/cargo-test.log"
+mkdir -p "$(dirname "$test_log")"
+rc=0
+cargo test --workspace --locked "$@" -- --test-threads=2 2>&1 | tee "$test_log" || rc=$?
+trap - EXIT
+stop_stack
+# One closing line over every test binary (cargo prints one result line per binary).
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed;/) p += $i; if ($(i+1) ~ /^failed;/) f += $i } }
+     END { printf "\nsummary: %d passed, %d failed\n", p, f }' "$test_log"
+exit "$rc"
