@@ -153,7 +153,8 @@ async fn shutdown_signal() {
 
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG").unwrap_or_else(|_| "info".into());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr);
     if std::env::var("SLUICE_LOG_FORMAT").as_deref() == Ok("json") {
         builder.json().init();
     } else {
