@@ -12,10 +12,12 @@
 //! - [`route`]: which pools a transaction touches, i.e. its Kafka keys.
 //! - [`recognize`]: a transaction record → the swaps it made on its pool.
 //! - [`pool`]: pool state and how a swap changes it.
+//! - [`offsets`]: the per-partition contiguous-watermark offset tracker.
 
 #![forbid(unsafe_code)]
 
 pub mod keys;
+pub mod offsets;
 pub mod pool;
 pub mod recognize;
 pub mod rng;
