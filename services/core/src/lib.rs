@@ -13,12 +13,16 @@
 //! - [`recognize`]: a transaction record → the swaps it made on its pool.
 //! - [`pool`]: pool state and how a swap changes it.
 //! - [`offsets`]: the per-partition contiguous-watermark offset tracker.
+//! - [`cache`]: the concurrent batch-evicting cache (token decimals).
+//! - [`prices`]: the lock-free board of reference prices.
 
 #![forbid(unsafe_code)]
 
+pub mod cache;
 pub mod keys;
 pub mod offsets;
 pub mod pool;
+pub mod prices;
 pub mod recognize;
 pub mod rng;
 pub mod route;
