@@ -1,0 +1,65 @@
+//! The admin HTTP server: `/live`, `/ready`, `/metrics`.
+//!
+//! `/live` answers 200 while the process serves HTTP at all. `/ready`
+//! answers 200 only while every readiness check passes, 503 with the failing
+//! checks' reasons otherwise. `/metrics` is the Prometheus text format of
+//! the service's registry.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus::{Encoder, Registry, TextEncoder};
+use tokio::net::TcpListener;
+
+/// A readiness check: `Ok` when ready, `Err(reason)` otherwise.
+pub type ReadyCheck = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+#[derive(Clone)]
+struct AdminState {
+    registry: Registry,
+    ready: ReadyCheck,
+}
+
+/// Binds `addr` (port 0 picks one) and serves until `shutdown` resolves.
+/// Returns the bound address and the server task.
+pub async fn serve(
+    addr: SocketAddr,
+    registry: Registry,
+    ready: ReadyCheck,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<std::io::Result<()>>)> {
+    let listener = TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    let app = Router::new()
+        .route("/live", get(|| async { "live\n" }))
+        .route("/ready", get(ready_handler))
+        .route("/metrics", get(metrics_handler))
+        .with_state(AdminState { registry, ready });
+    let task = tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(shutdown).await });
+    Ok((local, task))
+}
+
+async fn ready_handler(State(state): State<AdminState>) -> impl IntoResponse {
+    match (state.ready)() {
+        Ok(()) => (StatusCode::OK, "ready\n".to_string()),
+        Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {reason}\n")),
+    }
+}
+
+async fn metrics_handler(State(state): State<AdminState>) -> impl IntoResponse {
+    let mut body = Vec::new();
+    let encoder = TextEncoder::new();
+    match encoder.encode(&state.registry.gather(), &mut body) {
+        Ok(()) => (StatusCode::OK, [(header::CONTENT_TYPE, encoder.format_type().to_string())], body),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            [(header::CONTENT_TYPE, "text/plain".to_string())],
+            e.to_string().into_bytes(),
+        ),
+    }
+}

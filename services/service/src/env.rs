@@ -1,0 +1,163 @@
+//! Config from environment variables, checked all at once.
+//!
+//! Each service reads its variables through one [`EnvReader`]: every value
+//! is parsed, every failure is collected with the variable's name, and
+//! variables with the service's prefix that nobody read are reported as
+//! unknown (a typo must not silently fall back to a default). The service
+//! then stops with one message listing everything wrong.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt::Display;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// Every problem found in a service's configuration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid configuration:\n  {}", .problems.join("\n  "))]
+pub struct ConfigError {
+    pub problems: Vec<String>,
+}
+
+/// Reads variables with one prefix from a snapshot of the environment.
+#[derive(Debug)]
+pub struct EnvReader {
+    prefix: String,
+    vars: HashMap<String, String>,
+    read: BTreeSet<String>,
+    problems: Vec<String>,
+}
+
+impl EnvReader {
+    /// Reads from the process environment.
+    pub fn from_env(prefix: &str) -> Self {
+        Self::from_vars(prefix, std::env::vars())
+    }
+
+    /// Reads from the given variables (tests).
+    pub fn from_vars<I: IntoIterator<Item = (String, String)>>(prefix: &str, vars: I) -> Self {
+        Self {
+            prefix: prefix.to_string(),
+            vars: vars.into_iter().collect(),
+            read: BTreeSet::new(),
+            problems: Vec::new(),
+        }
+    }
+
+    fn raw(&mut self, name: &str) -> (String, Option<String>) {
+        let full = format!("{}{name}", self.prefix);
+        self.read.insert(full.clone());
+        let value = self.vars.get(&full).cloned().filter(|v| !v.is_empty());
+        (full, value)
+    }
+
+    /// A variable that must be set.
+    pub fn required<T: FromStr>(&mut self, name: &str) -> Option<T>
+    where
+        T::Err: Display,
+    {
+        match self.raw(name) {
+            (full, None) => {
+                self.problems.push(format!("{full} is required"));
+                None
+            }
+            (full, Some(v)) => self.parse_value(&full, &v),
+        }
+    }
+
+    /// A variable with a default.
+    pub fn or<T: FromStr>(&mut self, name: &str, default: T) -> T
+    where
+        T::Err: Display,
+    {
+        match self.raw(name) {
+            (_, None) => default,
+            (full, Some(v)) => self.parse_value(&full, &v).unwrap_or(default),
+        }
+    }
+
+    /// A duration in milliseconds with a default.
+    pub fn millis(&mut self, name: &str, default: Duration) -> Duration {
+        Duration::from_millis(self.or(name, default.as_millis() as u64))
+    }
+
+    /// An optional variable.
+    pub fn optional<T: FromStr>(&mut self, name: &str) -> Option<T>
+    where
+        T::Err: Display,
+    {
+        match self.raw(name) {
+            (_, None) => None,
+            (full, Some(v)) => self.parse_value(&full, &v),
+        }
+    }
+
+    /// Records a cross-field problem (e.g. one deadline above another).
+    pub fn problem(&mut self, message: impl Into<String>) {
+        self.problems.push(message.into());
+    }
+
+    /// The full name of a variable, for messages.
+    pub fn name(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    fn parse_value<T: FromStr>(&mut self, full: &str, value: &str) -> Option<T>
+    where
+        T::Err: Display,
+    {
+        match value.trim().parse() {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.problems.push(format!("{full}={value:?}: {e}"));
+                None
+            }
+        }
+    }
+
+    /// Reports unknown variables with this prefix, then every problem.
+    pub fn finish(mut self) -> Result<(), ConfigError> {
+        let mut unknown: Vec<&String> =
+            self.vars.keys().filter(|k| k.starts_with(&self.prefix) && !self.read.contains(*k)).collect();
+        unknown.sort();
+        for name in unknown {
+            self.problems.push(format!("{name} is not a known setting"));
+        }
+        if self.problems.is_empty() { Ok(()) } else { Err(ConfigError { problems: self.problems }) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn reports_every_bad_and_unknown_variable_by_name() {
+        let mut env = EnvReader::from_vars(
+            "SLUICE_X_",
+            vars(&[("SLUICE_X_PORT", "eighty"), ("SLUICE_X_TYPO", "1"), ("SLUICE_X_LIMIT", "5"), ("OTHER", "1")]),
+        );
+        let port: u16 = env.or("PORT", 80);
+        let limit: usize = env.or("LIMIT", 1);
+        let brokers: Option<String> = env.required("BROKERS");
+        assert_eq!((port, limit, brokers), (80, 5, None));
+        let err = env.finish().expect_err("three problems");
+        assert_eq!(err.problems.len(), 3, "{err}");
+        let text = err.to_string();
+        for name in ["SLUICE_X_PORT", "SLUICE_X_TYPO", "SLUICE_X_BROKERS"] {
+            assert!(text.contains(name), "{name} missing from: {text}");
+        }
+    }
+
+    #[test]
+    fn defaults_and_durations() {
+        let mut env = EnvReader::from_vars("P_", vars(&[("P_DEADLINE_MS", "1500")]));
+        assert_eq!(env.millis("DEADLINE_MS", Duration::from_secs(1)), Duration::from_millis(1500));
+        assert_eq!(env.millis("OTHER_MS", Duration::from_secs(1)), Duration::from_secs(1));
+        assert_eq!(env.optional::<u32>("NONE"), None);
+        assert!(env.finish().is_ok());
+    }
+}

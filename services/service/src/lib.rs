@@ -1,0 +1,14 @@
+//! What every Sluice deployable shares, so each `main.rs` stays a page:
+//!
+//! - [`env`]: typed config from `SLUICE_…` variables; every bad or unknown
+//!   variable is reported by name, all at once.
+//! - [`telemetry`]: tracing setup (JSON in containers, plain on a terminal).
+//! - [`admin`]: the admin HTTP server: `/live`, `/ready`, `/metrics`.
+//! - [`signal`]: SIGTERM / Ctrl-C as a future.
+
+#![forbid(unsafe_code)]
+
+pub mod admin;
+pub mod env;
+pub mod signal;
+pub mod telemetry;
