@@ -1,0 +1,221 @@
+//! The runtime's configuration, from `SLUICE_PROCESSOR_…` variables.
+//!
+//! Each field's variable and default sit together in [`RuntimeConfig::read`];
+//! cross-field rules (drain deadline below the session timeout, shutdown
+//! deadline above the drain deadline) are checked there too, so a bad
+//! combination stops the service at start with the variables named.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use sluice_kafka::KafkaConfig;
+use sluice_kafka::topics::{CHAIN_TRANSACTIONS, CHAIN_TRANSACTIONS_DLQ};
+use sluice_service::env::EnvReader;
+
+use crate::retry::RetryPolicy;
+
+/// Consumer group protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupProtocol {
+    /// The classic protocol with the cooperative-sticky assignor: a
+    /// rebalance revokes only the partitions that move.
+    Classic,
+    /// KIP-848 (`group.protocol=consumer`): broker-side, fully incremental.
+    Consumer,
+}
+
+impl std::str::FromStr for GroupProtocol {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "classic" => Ok(Self::Classic),
+            "consumer" => Ok(Self::Consumer),
+            other => Err(format!("expected classic or consumer, got {other:?}")),
+        }
+    }
+}
+
+/// Everything the runtime needs to run.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    pub kafka: KafkaConfig,
+    pub redis_url: String,
+    pub group_id: String,
+    /// Static membership (`group.instance.id`): a restart within the session
+    /// timeout keeps the partitions without a rebalance.
+    pub instance_id: Option<String>,
+    pub group_protocol: GroupProtocol,
+    pub input_topic: String,
+    pub dlq_topic: String,
+    /// Per partition: records received and not complete before it pauses.
+    pub max_in_flight_per_partition: usize,
+    /// Per partition: payload bytes received and not complete before it pauses.
+    pub max_bytes_per_partition: usize,
+    /// A paused partition resumes once both are below this fraction of the budget.
+    pub resume_fraction: f64,
+    /// Records being handled at once across all partitions (permits).
+    pub concurrency: usize,
+    pub retry: RetryPolicy,
+    /// On revoke, how long in-flight work of the revoked partitions may finish.
+    pub drain_deadline: Duration,
+    /// On SIGTERM, the whole drain-flush-commit-close sequence; set below the
+    /// pod's terminationGracePeriodSeconds.
+    pub shutdown_deadline: Duration,
+    pub session_timeout: Duration,
+    pub max_poll_interval: Duration,
+    pub commit_interval: Duration,
+    pub admin_listen: SocketAddr,
+    /// Redis connections the batching writer keeps, whatever the concurrency.
+    pub redis_connections: usize,
+    /// Most commands one Redis round trip carries.
+    pub redis_max_batch: usize,
+}
+
+fn parse_properties(raw: &str) -> Result<Vec<(String, String)>, String> {
+    raw.split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|pair| match pair.split_once('=') {
+            Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
+            _ => Err(format!("expected key=value, got {:?}", pair.split('=').next().unwrap_or(""))),
+        })
+        .collect()
+}
+
+impl RuntimeConfig {
+    /// Reads the runtime's variables; problems are collected in `env`.
+    pub fn read(env: &mut EnvReader) -> Option<Self> {
+        let brokers: Option<String> = env.required("KAFKA_BROKERS");
+        // key=value pairs passed to librdkafka as they are (TLS, SASL, tuning).
+        // Never logged: they may hold credentials.
+        let properties = match env.optional::<String>("KAFKA_PROPERTIES").map(|raw| parse_properties(&raw)) {
+            Some(Ok(p)) => p,
+            Some(Err(e)) => {
+                let name = env.name("KAFKA_PROPERTIES");
+                env.problem(format!("{name}: {e}"));
+                Vec::new()
+            }
+            None => Vec::new(),
+        };
+        let redis_url: Option<String> = env.required("REDIS_URL");
+        let config = Self {
+            kafka: KafkaConfig { brokers: brokers.clone().unwrap_or_default(), properties },
+            redis_url: redis_url.clone().unwrap_or_default(),
+            group_id: env.or("GROUP_ID", "sluice-processor".to_string()),
+            instance_id: env.optional("INSTANCE_ID"),
+            group_protocol: env.or("GROUP_PROTOCOL", GroupProtocol::Classic),
+            input_topic: env.or("INPUT_TOPIC", CHAIN_TRANSACTIONS.to_string()),
+            dlq_topic: env.or("DLQ_TOPIC", CHAIN_TRANSACTIONS_DLQ.to_string()),
+            max_in_flight_per_partition: env.or("MAX_IN_FLIGHT_PER_PARTITION", 1_000),
+            max_bytes_per_partition: env.or("MAX_BYTES_PER_PARTITION", 16 << 20),
+            resume_fraction: env.or("RESUME_FRACTION", 0.5),
+            concurrency: env.or("CONCURRENCY", 256),
+            retry: RetryPolicy {
+                initial: env.millis("RETRY_INITIAL_MS", Duration::from_millis(50)),
+                max: env.millis("RETRY_MAX_MS", Duration::from_secs(5)),
+                attempts_before_stall: env.or("RETRY_ATTEMPTS_BEFORE_STALL", 10),
+            },
+            drain_deadline: env.millis("DRAIN_DEADLINE_MS", Duration::from_secs(10)),
+            shutdown_deadline: env.millis("SHUTDOWN_DEADLINE_MS", Duration::from_secs(25)),
+            session_timeout: env.millis("SESSION_TIMEOUT_MS", Duration::from_secs(45)),
+            max_poll_interval: env.millis("MAX_POLL_INTERVAL_MS", Duration::from_secs(300)),
+            commit_interval: env.millis("COMMIT_INTERVAL_MS", Duration::from_secs(1)),
+            admin_listen: env.or("ADMIN_LISTEN", SocketAddr::from(([0, 0, 0, 0], 9090))),
+            redis_connections: env.or("REDIS_CONNECTIONS", 2),
+            redis_max_batch: env.or("REDIS_MAX_BATCH", 256),
+        };
+        config.check(env);
+        (brokers.is_some() && redis_url.is_some()).then_some(config)
+    }
+
+    fn check(&self, env: &mut EnvReader) {
+        let n = |name: &str| env.name(name);
+        let mut problems = Vec::new();
+        if self.max_in_flight_per_partition == 0 {
+            problems.push(format!("{} must be above 0", n("MAX_IN_FLIGHT_PER_PARTITION")));
+        }
+        if self.concurrency == 0 {
+            problems.push(format!("{} must be above 0", n("CONCURRENCY")));
+        }
+        if !(0.0..1.0).contains(&self.resume_fraction) {
+            problems.push(format!("{} must be in [0, 1), got {}", n("RESUME_FRACTION"), self.resume_fraction));
+        }
+        if self.redis_connections == 0 || self.redis_max_batch == 0 {
+            problems.push(format!("{} and {} must be above 0", n("REDIS_CONNECTIONS"), n("REDIS_MAX_BATCH")));
+        }
+        if self.retry.initial.is_zero() || self.retry.initial > self.retry.max {
+            problems.push(format!("{} must be above 0 and at most {}", n("RETRY_INITIAL_MS"), n("RETRY_MAX_MS")));
+        }
+        // A revoke that drains longer than the group waits gets the member
+        // kicked out mid-drain, and its commit then fails.
+        let rebalance_timeout = match self.group_protocol {
+            GroupProtocol::Classic => self.session_timeout.min(self.max_poll_interval),
+            GroupProtocol::Consumer => self.max_poll_interval,
+        };
+        if self.drain_deadline >= rebalance_timeout {
+            problems.push(format!(
+                "{} ({} ms) must be below the rebalance timeout ({} ms, from {} / {})",
+                n("DRAIN_DEADLINE_MS"),
+                self.drain_deadline.as_millis(),
+                rebalance_timeout.as_millis(),
+                n("SESSION_TIMEOUT_MS"),
+                n("MAX_POLL_INTERVAL_MS")
+            ));
+        }
+        if self.shutdown_deadline <= self.drain_deadline {
+            problems.push(format!(
+                "{} ({} ms) must be above {} ({} ms): shutdown drains, then flushes and commits",
+                n("SHUTDOWN_DEADLINE_MS"),
+                self.shutdown_deadline.as_millis(),
+                n("DRAIN_DEADLINE_MS"),
+                self.drain_deadline.as_millis()
+            ));
+        }
+        for p in problems {
+            env.problem(p);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reader(pairs: &[(&str, &str)]) -> EnvReader {
+        EnvReader::from_vars(
+            "SLUICE_PROCESSOR_",
+            pairs.iter().map(|(k, v)| (format!("SLUICE_PROCESSOR_{k}"), v.to_string())),
+        )
+    }
+
+    #[test]
+    fn defaults_with_the_two_required_settings() {
+        let mut env = reader(&[("KAFKA_BROKERS", "k:9092"), ("REDIS_URL", "redis://r")]);
+        let config = RuntimeConfig::read(&mut env).expect("complete");
+        env.finish().expect("no problems");
+        assert_eq!(config.kafka.brokers, "k:9092");
+        assert_eq!(config.group_protocol, GroupProtocol::Classic);
+        assert_eq!(config.input_topic, "chain.transactions");
+        assert!(config.drain_deadline < config.session_timeout);
+    }
+
+    #[test]
+    fn names_every_bad_setting() {
+        let mut env = reader(&[
+            ("KAFKA_BROKERS", "k:9092"),
+            ("DRAIN_DEADLINE_MS", "60000"),
+            ("GROUP_PROTOCOL", "eager"),
+            ("KAFKA_PROPERTIES", "security.protocol=SSL,broken"),
+        ]);
+        assert!(RuntimeConfig::read(&mut env).is_none(), "REDIS_URL is missing");
+        let text = env.finish().expect_err("problems").to_string();
+        for name in [
+            "SLUICE_PROCESSOR_REDIS_URL",
+            "SLUICE_PROCESSOR_DRAIN_DEADLINE_MS",
+            "SLUICE_PROCESSOR_GROUP_PROTOCOL",
+            "SLUICE_PROCESSOR_KAFKA_PROPERTIES",
+            "SLUICE_PROCESSOR_SHUTDOWN_DEADLINE_MS",
+        ] {
+            assert!(text.contains(name), "{name} not named in:\n{text}");
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! The contract between the runtime and a workload.
+
+use std::sync::Arc;
+
+/// One consumed record, owned.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub topic: Arc<str>,
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub payload: Option<Vec<u8>>,
+    /// The record's Kafka timestamp (producer or broker time), Unix ms.
+    pub timestamp_ms: Option<i64>,
+}
+
+impl Record {
+    /// Payload and key bytes, for the per-partition byte budget.
+    pub fn size(&self) -> usize {
+        self.payload.as_ref().map_or(0, Vec::len) + self.key.as_ref().map_or(0, Vec::len)
+    }
+}
+
+/// What a handler did with a record that needs no retry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Handled {
+    /// Outcome label for `messages_total{outcome}`; keep the set small and fixed.
+    pub outcome: &'static str,
+    /// When the record's event happened (Unix ms), for end-to-end latency.
+    pub event_time_ms: Option<i64>,
+}
+
+impl Handled {
+    pub fn ok(event_time_ms: Option<i64>) -> Self {
+        Self { outcome: "ok", event_time_ms }
+    }
+}
+
+/// Why a handler could not finish a record, classified by what to do next.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HandleError {
+    /// The record itself is bad (undecodable, invalid): retrying cannot
+    /// help. It goes to the dead-letter topic with `kind` and `message`.
+    #[error("invalid record ({kind}): {message}")]
+    Invalid { kind: &'static str, message: String },
+    /// A dependency failed (Redis, Kafka): retry with backoff, blocking
+    /// only this record's key. Effects must be idempotent.
+    #[error("transient failure in {dependency}: {message}")]
+    Transient { dependency: &'static str, message: String },
+}
+
+impl HandleError {
+    pub fn invalid(kind: &'static str, message: impl Into<String>) -> Self {
+        Self::Invalid { kind, message: message.into() }
+    }
+
+    pub fn transient(dependency: &'static str, message: impl ToString) -> Self {
+        Self::Transient { dependency, message: message.to_string() }
+    }
+}
+
+/// A workload. The runtime calls [`Handler::handle`] once per record (again
+/// after a transient failure), never concurrently for two records of the
+/// same key, and completes the record's offset only once `handle` returned
+/// `Ok` or the dead letter was acknowledged. So `handle` must await every
+/// output it causes before returning, and its effects must be idempotent.
+pub trait Handler: Send + Sync + 'static {
+    fn handle(&self, record: &Record) -> impl Future<Output = Result<Handled, HandleError>> + Send;
+
+    /// Readiness of the handler's own dependencies (e.g. Redis answers).
+    fn ready(&self) -> Result<(), String> {
+        Ok(())
+    }
+}

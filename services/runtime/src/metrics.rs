@@ -1,0 +1,138 @@
+//! Every metric the runtime exports, registered in one place.
+//!
+//! Names follow `sluice_processor_<thing>_<unit>`; labels are low
+//! cardinality (topic, partition, outcome, kind, sink): never a key.
+
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
+
+/// The runtime's metrics. Cloning shares the underlying series.
+#[derive(Debug, Clone)]
+pub struct RuntimeMetrics {
+    pub registry: Registry,
+    pub messages: IntCounterVec,
+    pub handle_seconds: Histogram,
+    pub end_to_end_seconds: Histogram,
+    pub in_flight: IntGaugeVec,
+    pub committed_offset: IntGaugeVec,
+    pub high_watermark: IntGaugeVec,
+    pub lag: IntGaugeVec,
+    pub paused: IntGaugeVec,
+    pub commits: IntCounterVec,
+    pub commit_seconds: Histogram,
+    pub sink_seconds: HistogramVec,
+    pub sink_batch_size: HistogramVec,
+    pub sink_round_trips: IntCounterVec,
+    pub dead_letters: IntCounterVec,
+    pub retries: IntCounterVec,
+    pub stalled: IntGauge,
+    pub rebalances: IntCounterVec,
+    pub assigned: IntGauge,
+    pub dropped_completions: IntCounter,
+}
+
+const PREFIX: &str = "sluice_processor";
+
+fn name(thing: &str) -> String {
+    format!("{PREFIX}_{thing}")
+}
+
+impl RuntimeMetrics {
+    /// Creates and registers every metric in a fresh registry.
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        macro_rules! reg {
+            ($metric:expr) => {{
+                let m = $metric.expect("metric definition is valid");
+                registry.register(Box::new(m.clone())).expect("metric names are unique");
+                m
+            }};
+        }
+        let latency = vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+        let e2e = vec![0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
+        let batch = vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
+        Self {
+            messages: reg!(IntCounterVec::new(
+                Opts::new(name("messages_total"), "Records finished, by outcome"),
+                &["outcome"]
+            )),
+            handle_seconds: reg!(Histogram::with_opts(
+                HistogramOpts::new(name("handle_duration_seconds"), "Time from a record's permit to its completion")
+                    .buckets(latency.clone())
+            )),
+            end_to_end_seconds: reg!(Histogram::with_opts(
+                HistogramOpts::new(
+                    name("end_to_end_latency_seconds"),
+                    "Time from a record's event time to its completion"
+                )
+                .buckets(e2e)
+            )),
+            in_flight: reg!(IntGaugeVec::new(
+                Opts::new(name("in_flight_records"), "Records received and not complete, per partition"),
+                &["partition"]
+            )),
+            committed_offset: reg!(IntGaugeVec::new(
+                Opts::new(name("committed_offset"), "Last offset committed to the group, per partition"),
+                &["topic", "partition"]
+            )),
+            high_watermark: reg!(IntGaugeVec::new(
+                Opts::new(name("high_watermark_offset"), "Partition high watermark, per assigned partition"),
+                &["topic", "partition"]
+            )),
+            lag: reg!(IntGaugeVec::new(
+                Opts::new(name("lag_records"), "High watermark minus committed offset, per assigned partition"),
+                &["topic", "partition"]
+            )),
+            paused: reg!(IntGaugeVec::new(
+                Opts::new(name("partition_paused"), "1 while a partition is paused (budget full or stalled)"),
+                &["partition"]
+            )),
+            commits: reg!(IntCounterVec::new(
+                Opts::new(name("commits_total"), "Offset commits, by result (ok or the error code)"),
+                &["result"]
+            )),
+            commit_seconds: reg!(Histogram::with_opts(
+                HistogramOpts::new(name("commit_duration_seconds"), "Synchronous commits (revoke, shutdown)")
+                    .buckets(latency.clone())
+            )),
+            sink_seconds: reg!(HistogramVec::new(
+                HistogramOpts::new(name("sink_duration_seconds"), "Sink round trip, by sink").buckets(latency),
+                &["sink"]
+            )),
+            sink_batch_size: reg!(HistogramVec::new(
+                HistogramOpts::new(name("sink_batch_size"), "Commands per sink round trip").buckets(batch),
+                &["sink"]
+            )),
+            sink_round_trips: reg!(IntCounterVec::new(
+                Opts::new(name("sink_round_trips_total"), "Sink round trips, by sink"),
+                &["sink"]
+            )),
+            dead_letters: reg!(IntCounterVec::new(
+                Opts::new(name("dead_letters_total"), "Records written to the dead-letter topic, by error kind"),
+                &["kind"]
+            )),
+            retries: reg!(IntCounterVec::new(
+                Opts::new(name("retries_total"), "Retries after transient failures, by dependency"),
+                &["dependency"]
+            )),
+            stalled: reg!(IntGauge::new(name("stalled_records"), "Records past the retry cap, still retrying")),
+            rebalances: reg!(IntCounterVec::new(
+                Opts::new(name("rebalances_total"), "Rebalance events, by kind (assign, revoke, lost, error)"),
+                &["kind"]
+            )),
+            assigned: reg!(IntGauge::new(name("assigned_partitions"), "Partitions currently assigned")),
+            dropped_completions: reg!(IntCounter::new(
+                name("dropped_completions_total"),
+                "Completions from a revoked assignment, dropped uncommitted"
+            )),
+            registry,
+        }
+    }
+}
+
+impl Default for RuntimeMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,166 @@
+//! Wiring: sinks, the admin server, the consumer thread, and the shutdown
+//! sequence (not ready → stop intake → drain → flush → final commit →
+//! close), all under one deadline.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use sluice_service::admin;
+use tokio::sync::Semaphore;
+
+use crate::config::RuntimeConfig;
+use crate::consumer;
+use crate::handler::Handler;
+use crate::metrics::RuntimeMetrics;
+use crate::sink::{KafkaSink, RedisSink, SinkError};
+use crate::task::{Health, TaskShared};
+
+/// Why the runtime could not start or stop cleanly.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("kafka: {0}")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+    #[error("sink: {0}")]
+    Sink(#[from] SinkError),
+    #[error("admin server: {0}")]
+    Admin(#[from] std::io::Error),
+    #[error("shutdown did not finish within {0:?}")]
+    ShutdownTimeout(Duration),
+    #[error("the consumer thread stopped unexpectedly")]
+    ConsumerDied,
+}
+
+/// The runtime, before it runs a handler: build the handler from its sinks.
+#[derive(Debug)]
+pub struct Runtime {
+    config: RuntimeConfig,
+    metrics: RuntimeMetrics,
+    health: Arc<Health>,
+    kafka: KafkaSink,
+    redis: RedisSink,
+}
+
+/// A handle on the running runtime, for tests and embedding.
+#[derive(Debug, Clone)]
+pub struct RuntimeHandle {
+    pub admin_addr: std::net::SocketAddr,
+    pub health: Arc<Health>,
+}
+
+impl Runtime {
+    /// Creates the sinks (Redis writers start connecting at once, loading
+    /// `redis_scripts`). Must run inside a tokio runtime.
+    pub fn new(config: RuntimeConfig, redis_scripts: Vec<String>) -> Result<Self, RuntimeError> {
+        let metrics = RuntimeMetrics::new();
+        let kafka = KafkaSink::new(&config.kafka, metrics.clone())?;
+        let redis = RedisSink::start(
+            &config.redis_url,
+            config.redis_connections,
+            config.redis_max_batch,
+            redis_scripts,
+            metrics.clone(),
+        )?;
+        Ok(Self { config, metrics, health: Arc::new(Health::default()), kafka, redis })
+    }
+
+    pub fn metrics(&self) -> &RuntimeMetrics {
+        &self.metrics
+    }
+
+    pub fn kafka(&self) -> KafkaSink {
+        self.kafka.clone()
+    }
+
+    pub fn redis(&self) -> RedisSink {
+        self.redis.clone()
+    }
+
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.config
+    }
+
+    /// Runs `handler` until `shutdown` resolves, then drains and stops.
+    /// `started` is called once the admin server listens.
+    pub async fn run<H: Handler>(
+        self,
+        handler: H,
+        shutdown: impl Future<Output = ()> + Send,
+        started: impl FnOnce(RuntimeHandle),
+    ) -> Result<(), RuntimeError> {
+        let handler = Arc::new(handler);
+        let shared = Arc::new(TaskShared {
+            handler: handler.clone(),
+            permits: Arc::new(Semaphore::new(self.config.concurrency)),
+            kafka: self.kafka.clone(),
+            dlq_topic: self.config.dlq_topic.clone(),
+            group_id: self.config.group_id.clone(),
+            retry: self.config.retry,
+            metrics: self.metrics.clone(),
+            health: self.health.clone(),
+        });
+
+        let (admin_stop, admin_stopped) = tokio::sync::oneshot::channel::<()>();
+        let ready = {
+            let (health, redis, handler) = (self.health.clone(), self.redis.clone(), handler.clone());
+            Arc::new(move || readiness(&health, &redis, handler.as_ref())) as admin::ReadyCheck
+        };
+        let (admin_addr, admin_task) =
+            admin::serve(self.config.admin_listen, self.metrics.registry.clone(), ready, async {
+                let _ = admin_stopped.await;
+            })
+            .await?;
+        tracing::info!(%admin_addr, topic = %self.config.input_topic, group = %self.config.group_id, "Processor running");
+        started(RuntimeHandle { admin_addr, health: self.health.clone() });
+
+        let thread = consumer::start(&self.config, shared, self.metrics.clone(), self.health.clone())?;
+        let died = {
+            let join = &thread.join;
+            async move {
+                while !join.is_finished() {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        };
+        let consumer_died = tokio::select! {
+            () = shutdown => false,
+            () = died => true,
+        };
+
+        // Not ready first, so no new traffic is routed here while draining.
+        let begun = Instant::now();
+        self.health.shutting_down.store(true, Ordering::Relaxed);
+        thread.stop.store(true, Ordering::Release);
+        tracing::info!("Shutting down: draining, flushing, committing");
+        let deadline = self.config.shutdown_deadline;
+        let join = thread.join;
+        let joined = tokio::time::timeout(deadline, tokio::task::spawn_blocking(move || join.join())).await;
+        let _ = admin_stop.send(());
+        let _ = admin_task.await;
+        match joined {
+            Err(_) => Err(RuntimeError::ShutdownTimeout(deadline)),
+            Ok(_) if consumer_died => Err(RuntimeError::ConsumerDied),
+            Ok(_) => {
+                tracing::info!(elapsed_ms = begun.elapsed().as_millis() as u64, "Shutdown complete");
+                Ok(())
+            }
+        }
+    }
+}
+
+fn readiness<H: Handler>(health: &Health, redis: &RedisSink, handler: &H) -> Result<(), String> {
+    if health.shutting_down.load(Ordering::Relaxed) {
+        return Err("shutting down".into());
+    }
+    if health.assigned.load(Ordering::Relaxed) == 0 {
+        return Err("no partitions assigned".into());
+    }
+    let stalled = health.stalled.load(Ordering::Relaxed);
+    if stalled > 0 {
+        return Err(format!("{stalled} records past the retry cap"));
+    }
+    if !redis.healthy() {
+        return Err("redis does not answer".into());
+    }
+    handler.ready()
+}
