@@ -39,6 +39,11 @@ pub(crate) struct Ctx<H> {
     topic: Arc<str>,
     actors: Mutex<HashMap<i32, ActorHandle>>,
     next_epoch: Mutex<u64>,
+    /// Latest safe position per owned partition, and the last one the
+    /// group acknowledged; the periodic commit sends those that differ, so a
+    /// failed commit is retried by the next one.
+    pending: Mutex<HashMap<i32, i64>>,
+    committed: Mutex<HashMap<i32, i64>>,
     runtime: tokio::runtime::Handle,
     commands: std::sync::mpsc::Sender<Command>,
     shared: Arc<TaskShared<H>>,
@@ -81,6 +86,7 @@ impl<H: Handler> ConsumerContext for Ctx<H> {
                 if consumer.assignment_lost() {
                     self.metrics.rebalances.with_label_values(&["lost"]).inc();
                     tracing::warn!(?partitions, "Partitions lost; dropping their work uncommitted");
+                    self.forget_pending(&partitions);
                     let mut actors = self.lock_actors();
                     for p in &partitions {
                         if let Some(handle) = actors.remove(p) {
@@ -92,6 +98,7 @@ impl<H: Handler> ConsumerContext for Ctx<H> {
                     self.metrics.rebalances.with_label_values(&["revoke"]).inc();
                     tracing::info!(?partitions, "Partitions revoked; draining");
                     let drained = self.drain(&partitions, self.drain_deadline);
+                    self.forget_pending(&partitions);
                     self.commit_drained(consumer, &drained);
                 }
             }
@@ -101,34 +108,22 @@ impl<H: Handler> ConsumerContext for Ctx<H> {
             }
         }
     }
-
-    fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
-        match result {
-            Ok(()) => {
-                self.metrics.commits.with_label_values(&["ok"]).inc();
-                for e in offsets.elements_for_topic(&self.topic) {
-                    if let Offset::Offset(o) = e.offset() {
-                        self.metrics
-                            .committed_offset
-                            .with_label_values(&[&*self.topic, &e.partition().to_string()])
-                            .set(o);
-                    }
-                }
-            }
-            // Nothing new was stored since the last commit: not a failure.
-            Err(KafkaError::ConsumerCommit(rdkafka::types::RDKafkaErrorCode::NoOffset)) => {}
-            Err(e) => {
-                let code = e.rdkafka_error_code().map_or_else(|| "unknown".to_string(), |c| format!("{c:?}"));
-                self.metrics.commits.with_label_values(&[&code]).inc();
-                tracing::warn!(error = %e, "Offset commit failed; the next one retries");
-            }
-        }
-    }
 }
 
 impl<H: Handler> Ctx<H> {
     fn lock_actors(&self) -> std::sync::MutexGuard<'_, HashMap<i32, ActorHandle>> {
         self.actors.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Positions of partitions this member no longer owns must never be
+    /// committed by the periodic commit.
+    fn forget_pending(&self, partitions: &[i32]) {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut committed = self.committed.lock().unwrap_or_else(|e| e.into_inner());
+        for p in partitions {
+            pending.remove(p);
+            committed.remove(p);
+        }
     }
 
     fn set_assigned(&self, n: usize) {
@@ -177,25 +172,31 @@ impl<H: Handler> Ctx<H> {
         if let Err(e) = consumer.store_offsets(tpl) {
             tracing::debug!(error = %e, "Storing final offsets failed (partition already gone)");
         }
+        self.commit_sync(consumer, tpl);
+    }
+
+    /// Commits `tpl` synchronously and records the outcome.
+    fn commit_sync(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) {
         let started = Instant::now();
         match consumer.commit(tpl, CommitMode::Sync) {
             Ok(()) => {
                 self.metrics.commit_seconds.observe(started.elapsed().as_secs_f64());
                 self.metrics.commits.with_label_values(&["ok"]).inc();
+                let mut committed = self.committed.lock().unwrap_or_else(|e| e.into_inner());
                 for e in tpl.elements() {
                     if let Offset::Offset(o) = e.offset() {
+                        committed.insert(e.partition(), o);
                         self.metrics
                             .committed_offset
                             .with_label_values(&[&*self.topic, &e.partition().to_string()])
                             .set(o);
                     }
                 }
-                tracing::info!(partitions = tpl.count(), "Committed drained partitions");
             }
             Err(e) => {
                 let code = e.rdkafka_error_code().map_or_else(|| "unknown".to_string(), |c| format!("{c:?}"));
                 self.metrics.commits.with_label_values(&[&code]).inc();
-                tracing::warn!(error = %e, "Commit of drained partitions failed; their records will be processed again (effects are idempotent)");
+                tracing::warn!(error = %e, "Offset commit failed; uncommitted records will be processed again (effects are idempotent)");
             }
         }
     }
@@ -209,8 +210,10 @@ impl<H: Handler> Ctx<H> {
 pub(crate) fn client_config(config: &RuntimeConfig) -> ClientConfig {
     let mut c = config.kafka.client();
     c.set("group.id", &config.group_id)
-        .set("enable.auto.commit", "true")
-        .set("auto.commit.interval.ms", config.commit_interval.as_millis().to_string())
+        // The consumer thread commits the tracked positions itself, every
+        // commit interval and synchronously on revoke and shutdown: one
+        // place decides what is committed, and every commit is observed.
+        .set("enable.auto.commit", "false")
         // The runtime stores an offset only when every record below it is done.
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
@@ -255,6 +258,8 @@ pub(crate) fn start<H: Handler>(
         topic: Arc::from(config.input_topic.as_str()),
         actors: Mutex::new(HashMap::new()),
         next_epoch: Mutex::new(0),
+        pending: Mutex::new(HashMap::new()),
+        committed: Mutex::new(HashMap::new()),
         runtime: tokio::runtime::Handle::current(),
         commands,
         shared,
@@ -270,11 +275,11 @@ pub(crate) fn start<H: Handler>(
     let consumer: BaseConsumer<Ctx<H>> = client_config(config).create_with_context(ctx)?;
     consumer.subscribe(&[&config.input_topic])?;
     let stop = Arc::new(AtomicBool::new(false));
-    let drain = config.drain_deadline;
+    let (drain, commit_interval) = (config.drain_deadline, config.commit_interval);
     let thread_stop = stop.clone();
     let join = std::thread::Builder::new()
         .name("kafka-consumer".into())
-        .spawn(move || poll_loop(consumer, command_rx, thread_stop, drain))
+        .spawn(move || poll_loop(consumer, command_rx, thread_stop, drain, commit_interval))
         .map_err(|e| KafkaError::ClientCreation(e.to_string()))?;
     Ok(ConsumerThread { stop, join })
 }
@@ -284,11 +289,17 @@ fn poll_loop<H: Handler>(
     commands: std::sync::mpsc::Receiver<Command>,
     stop: Arc<AtomicBool>,
     drain: Duration,
+    commit_interval: Duration,
 ) {
     let ctx = consumer.context().clone();
     let mut last_watermarks = Instant::now();
+    let mut last_commit = Instant::now();
     while !stop.load(Ordering::Acquire) {
         apply_commands(&consumer, &commands);
+        if last_commit.elapsed() >= commit_interval {
+            last_commit = Instant::now();
+            commit_pending(&consumer);
+        }
         match consumer.poll(Duration::from_millis(50)) {
             Some(Ok(m)) => {
                 let record = Record {
@@ -322,7 +333,7 @@ fn poll_loop<H: Handler>(
 
 fn apply_commands<H: Handler>(consumer: &BaseConsumer<Ctx<H>>, commands: &std::sync::mpsc::Receiver<Command>) {
     let ctx = consumer.context();
-    let mut stores = TopicPartitionList::new();
+    let mut stores: HashMap<i32, i64> = HashMap::new();
     while let Ok(command) = commands.try_recv() {
         let (partition, epoch) = match &command {
             Command::Store { partition, epoch, .. }
@@ -342,7 +353,8 @@ fn apply_commands<H: Handler>(consumer: &BaseConsumer<Ctx<H>>, commands: &std::s
         match command {
             Command::Store { offset, .. } => {
                 // A later store for the same partition overwrites the earlier one.
-                let _ = stores.add_partition_offset(&ctx.topic, partition, Offset::Offset(offset));
+                ctx.pending.lock().unwrap_or_else(|e| e.into_inner()).insert(partition, offset);
+                stores.insert(partition, offset);
             }
             Command::Pause { .. } => {
                 if let Err(e) = consumer.pause(&one()) {
@@ -356,12 +368,39 @@ fn apply_commands<H: Handler>(consumer: &BaseConsumer<Ctx<H>>, commands: &std::s
             }
         }
     }
-    if stores.count() > 0
-        && let Err(e) = consumer.store_offsets(&stores)
-    {
+    if stores.is_empty() {
+        return;
+    }
+    // Stored in librdkafka too, so its view of the position stays current.
+    let mut tpl = TopicPartitionList::new();
+    for (p, o) in stores {
+        let _ = tpl.add_partition_offset(&ctx.topic, p, Offset::Offset(o));
+    }
+    if let Err(e) = consumer.store_offsets(&tpl) {
         // librdkafka refuses stores for partitions no longer assigned.
         tracing::debug!(error = %e, "Offset store refused");
     }
+}
+
+/// Commits every position that moved since the last acknowledged commit.
+/// Synchronous: one round trip per commit interval on this thread, and the
+/// result (latency, error code, committed offsets) is observed right here.
+/// A failed commit leaves the positions pending, so the next one retries.
+fn commit_pending<H: Handler>(consumer: &BaseConsumer<Ctx<H>>) {
+    let ctx = consumer.context();
+    let moved: Vec<(i32, i64)> = {
+        let pending = ctx.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let committed = ctx.committed.lock().unwrap_or_else(|e| e.into_inner());
+        pending.iter().filter(|(p, o)| committed.get(p) != Some(o)).map(|(p, o)| (*p, *o)).collect()
+    };
+    if moved.is_empty() {
+        return;
+    }
+    let mut tpl = TopicPartitionList::new();
+    for (p, o) in &moved {
+        let _ = tpl.add_partition_offset(&ctx.topic, *p, Offset::Offset(*o));
+    }
+    ctx.commit_sync(consumer, &tpl);
 }
 
 fn export_lag<H: Handler>(consumer: &BaseConsumer<Ctx<H>>) {

@@ -1,0 +1,223 @@
+//! `DexHandler`: the swap workload on the Sluice runtime.
+
+use std::sync::Arc;
+
+use prost::Message;
+use sluice_core::cache::BatchEvictingCache;
+use sluice_core::chain::ChainTransaction;
+use sluice_core::dex::{Sequence, Swap, Venue};
+use sluice_core::pool::{PoolState, PriceParams};
+use sluice_core::prices::PriceBoard;
+use sluice_core::recognize::{SwapFact, recognize};
+use sluice_runtime::sink::{KafkaSink, RedisSink};
+use sluice_runtime::{HandleError, Handled, Handler, Record};
+
+use crate::config::DexConfig;
+use crate::metrics::DexMetrics;
+use crate::registry::{self, TokenInfo};
+use crate::state::{self, Apply};
+
+/// Recognises swaps, applies pool state, publishes `Swap`s.
+#[derive(Debug)]
+pub struct DexHandler {
+    config: DexConfig,
+    kafka: KafkaSink,
+    redis: RedisSink,
+    tokens: Arc<BatchEvictingCache<String, TokenInfo>>,
+    board: PriceBoard,
+    apply_sha: String,
+    metrics: DexMetrics,
+    invalidations: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for DexHandler {
+    fn drop(&mut self) {
+        self.invalidations.abort();
+    }
+}
+
+/// Lua scripts the handler runs (the runtime loads them on every connection).
+pub fn scripts() -> Vec<String> {
+    vec![state::APPLY_SCRIPT.to_string()]
+}
+
+fn pow10(exp: u32) -> f64 {
+    10f64.powi(exp as i32)
+}
+
+impl DexHandler {
+    /// Builds the handler on the runtime's sinks and follows token invalidations.
+    pub fn new(
+        config: DexConfig,
+        kafka: KafkaSink,
+        redis: RedisSink,
+        redis_url: &str,
+        registry: &prometheus::Registry,
+    ) -> Result<Self, String> {
+        let client = redis::Client::open(redis_url).map_err(|e| format!("redis url: {e}"))?;
+        let tokens = Arc::new(BatchEvictingCache::new(config.token_cache_capacity));
+        let invalidations =
+            tokio::spawn(registry::follow_invalidations(client, config.redis_prefix.clone(), tokens.clone()));
+        let metrics = DexMetrics::register(registry).map_err(|e| format!("metrics: {e}"))?;
+        Ok(Self {
+            board: PriceBoard::new(config.reference_tokens.iter().cloned()),
+            config,
+            kafka,
+            redis,
+            tokens,
+            apply_sha: state::script_sha(state::APPLY_SCRIPT),
+            metrics,
+            invalidations,
+        })
+    }
+
+    /// Decimals and symbol of `mint`, from the cache or the registry.
+    async fn token(&self, mint: &str) -> Result<TokenInfo, HandleError> {
+        if let Some(info) = self.tokens.get(&mint.to_string()) {
+            self.metrics.cache_hits.inc();
+            return Ok(info);
+        }
+        self.metrics.cache_misses.inc();
+        let mut cmd = redis::cmd("HGET");
+        cmd.arg(registry::tokens_key(&self.config.redis_prefix)).arg(mint);
+        let value = self.redis.exec(cmd).await.map_err(|e| HandleError::transient("redis", e))?;
+        let raw: Option<String> = redis::from_redis_value(value).map_err(|e| HandleError::transient("redis", e))?;
+        // A token missing from the registry is waited for (the refresh job
+        // adds new tokens), never guessed: the record retries.
+        let info = raw
+            .as_deref()
+            .and_then(registry::decode)
+            .ok_or_else(|| HandleError::transient("registry", format!("token {mint} not in the registry yet")))?;
+        let evicted = self.tokens.insert(mint.to_string(), info.clone());
+        self.metrics.cache_evictions.inc_by(evicted as u64);
+        Ok(info)
+    }
+
+    fn is_stable(&self, symbol: &str) -> bool {
+        self.config.usd_stables.iter().any(|s| s == symbol)
+    }
+
+    /// USD value of a swap: the stable side at 1, else a reference token at
+    /// its board price, else 0 (unknown).
+    fn notional(&self, a: &TokenInfo, b: &TokenInfo, amount_a: f64, amount_b: f64) -> f64 {
+        if self.is_stable(&b.symbol) {
+            amount_b
+        } else if self.is_stable(&a.symbol) {
+            amount_a
+        } else if let Some(p) = self.board.load(&a.symbol) {
+            amount_a * p
+        } else if let Some(p) = self.board.load(&b.symbol) {
+            amount_b * p
+        } else {
+            0.0
+        }
+    }
+
+    async fn handle_swap(&self, fact: &SwapFact<'_>) -> Result<(), HandleError> {
+        let a = self.token(fact.mint_a).await?;
+        let b = self.token(fact.mint_b).await?;
+        let (in_info, out_info) = if fact.a_to_b { (&a, &b) } else { (&b, &a) };
+        let amount_in_ui = fact.amount_in as f64 / pow10(in_info.decimals);
+        let amount_out_ui = fact.amount_out as f64 / pow10(out_info.decimals);
+        let (amount_a, amount_b) =
+            if fact.a_to_b { (amount_in_ui, amount_out_ui) } else { (amount_out_ui, amount_in_ui) };
+        let price = match fact.venue {
+            // The fill price; an order book's state has no reserves ratio.
+            Venue::OrderBook => amount_b / amount_a.max(f64::MIN_POSITIVE),
+            venue => PoolState {
+                reserve_a: fact.post_reserve_a,
+                reserve_b: fact.post_reserve_b,
+                sqrt_price_x64: fact.post_sqrt_price_x64.unwrap_or(0),
+                ..PoolState::default()
+            }
+            .price(&PriceParams {
+                venue,
+                decimals_a: a.decimals,
+                decimals_b: b.decimals,
+                tick_size: 0,
+                base_lot_size: 0,
+            }),
+        };
+        // Reference pools (e.g. SOL/USDC) move the board before this swap's
+        // own notional is computed.
+        if self.is_stable(&b.symbol) && self.board.tracks(&a.symbol) {
+            self.board.store(&a.symbol, price);
+        }
+        let swap = Swap {
+            pool: fact.pool.to_string(),
+            venue: fact.venue as i32,
+            sequence: Some(Sequence::from(fact.seq)),
+            signature: fact.signature.to_string(),
+            trader: fact.trader.to_string(),
+            mint_in: fact.mint_in().to_string(),
+            mint_out: fact.mint_out().to_string(),
+            amount_in: fact.amount_in,
+            amount_out: fact.amount_out,
+            amount_in_ui,
+            amount_out_ui,
+            price,
+            notional_usd: self.notional(&a, &b, amount_a, amount_b),
+            block_time_ms: fact.block_time_ms,
+        };
+        let apply = Apply {
+            pool: fact.pool,
+            seq: fact.seq,
+            reserve_a: fact.post_reserve_a,
+            reserve_b: fact.post_reserve_b,
+            sqrt_price_x64: fact.post_sqrt_price_x64,
+            last_price_ticks: fact.last_price_ticks,
+            price,
+            venue: fact.venue as i32,
+        };
+        let command =
+            state::apply_command(&self.apply_sha, &self.config.redis_prefix, &apply, self.config.audit_applied);
+        let payload = swap.encode_to_vec();
+        // Both outputs in flight at once; the record completes when both are acknowledged.
+        let (applied, published) = tokio::join!(
+            self.redis.exec(command),
+            self.kafka.send(&self.config.swaps_topic, fact.pool.as_bytes(), &payload, None)
+        );
+        let applied = applied.map_err(|e| HandleError::transient("redis", e))?;
+        published.map_err(|e| HandleError::transient("kafka", e))?;
+        if redis::from_redis_value::<i64>(applied).ok() == Some(0) {
+            self.metrics.stale_swaps.inc();
+        }
+        self.metrics.swaps.with_label_values(&[venue_label(fact.venue)]).inc();
+        Ok(())
+    }
+}
+
+fn venue_label(venue: Venue) -> &'static str {
+    match venue {
+        Venue::ConstantProduct => "constant_product",
+        Venue::ConcentratedLiquidity => "concentrated_liquidity",
+        Venue::OrderBook => "order_book",
+        Venue::Unspecified => "unspecified",
+    }
+}
+
+impl Handler for DexHandler {
+    async fn handle(&self, record: &Record) -> Result<Handled, HandleError> {
+        let payload = record.payload.as_deref().unwrap_or_default();
+        let tx = ChainTransaction::decode(payload).map_err(|e| HandleError::invalid("decode", e.to_string()))?;
+        let key = record
+            .key
+            .as_deref()
+            .and_then(|k| std::str::from_utf8(k).ok())
+            .ok_or_else(|| HandleError::invalid("key", "record key is missing or not UTF-8"))?;
+        let recognised = recognize(&tx, key).map_err(|e| HandleError::invalid(e.kind(), e.to_string()))?;
+        if recognised.unknown_venue > 0 {
+            self.metrics.unknown_venue.inc_by(u64::from(recognised.unknown_venue));
+        }
+        // In order: a record's swaps on its pool are a sequence.
+        for fact in &recognised.swaps {
+            self.handle_swap(fact).await?;
+        }
+        let outcome = match (recognised.swaps.is_empty(), recognised.unknown_venue > 0) {
+            (false, _) => "ok",
+            (true, true) => "unknown_venue",
+            (true, false) => "no_swap",
+        };
+        Ok(Handled { outcome, event_time_ms: Some(tx.block_time_ms) })
+    }
+}

@@ -1,0 +1,22 @@
+//! The DEX swap workload, one [`sluice_runtime::Handler`]: decode a chain
+//! transaction record → recognise its swaps on the record's pool → normalise
+//! amounts with token decimals (cached) → apply the pool state in Redis
+//! (idempotently, by sequence) and publish each `Swap` to Kafka.
+//!
+//! # Layout
+//! - [`config`]: the workload's settings (`SLUICE_PROCESSOR_…`).
+//! - [`registry`]: the token registry in Redis, its cache and invalidation.
+//! - [`state`]: pool state in Redis: the apply script and its read-back.
+//! - [`handler`]: `DexHandler`, tying it together.
+//! - [`metrics`]: the workload's metrics.
+
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod handler;
+pub mod metrics;
+pub mod registry;
+pub mod state;
+
+pub use config::DexConfig;
+pub use handler::DexHandler;

@@ -1,0 +1,130 @@
+//! Pool state in Redis: one hash per pool, changed only by one Lua script
+//! that applies a swap atomically if, and only if, its sequence is above the
+//! last applied one. A replay (at-least-once delivery, a retry, a record
+//! processed again after a revoke) is therefore a no-op, which is what makes
+//! the effects exactly-once.
+//!
+//! Hash `<prefix>pool:<pool>` fields: `slot`, `tx`, `ix` (last applied
+//! sequence), `reserve_a`, `reserve_b`, `sqrt_price_x64`, `last_price_ticks`,
+//! `swaps_applied`, `price`, `venue`. A price change is published on
+//! `<prefix>prices` as `<pool> <price>`.
+
+use std::collections::HashMap;
+
+use sluice_core::pool::{PoolState, Seq};
+
+/// The apply script. Returns 1 when applied, 0 when the swap was not newer.
+pub const APPLY_SCRIPT: &str = r#"
+local cur = redis.call('HMGET', KEYS[1], 'slot', 'tx', 'ix', 'price')
+local s, t, i = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+if cur[1] then
+  local cs, ct, ci = tonumber(cur[1]), tonumber(cur[2]), tonumber(cur[3])
+  if s < cs or (s == cs and (t < ct or (t == ct and i <= ci))) then
+    return 0
+  end
+end
+redis.call('HSET', KEYS[1], 'slot', ARGV[1], 'tx', ARGV[2], 'ix', ARGV[3],
+  'reserve_a', ARGV[4], 'reserve_b', ARGV[5], 'price', ARGV[8], 'venue', ARGV[9])
+if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'sqrt_price_x64', ARGV[6]) end
+if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'last_price_ticks', ARGV[7]) end
+redis.call('HINCRBY', KEYS[1], 'swaps_applied', 1)
+if ARGV[12] == '1' then
+  redis.call('RPUSH', KEYS[2], ARGV[1] .. ':' .. ARGV[2] .. ':' .. ARGV[3])
+end
+if cur[4] ~= ARGV[8] then
+  redis.call('PUBLISH', ARGV[10], ARGV[11] .. ' ' .. ARGV[8])
+end
+return 1
+"#;
+
+/// Key of a pool's state hash.
+pub fn pool_key(prefix: &str, pool: &str) -> String {
+    format!("{prefix}pool:{pool}")
+}
+
+/// Key of a pool's audit list of applied sequences (`slot:tx:ix`).
+pub fn audit_key(prefix: &str, pool: &str) -> String {
+    format!("{prefix}pool:{pool}:applied")
+}
+
+/// Channel price changes are published on.
+pub fn prices_channel(prefix: &str) -> String {
+    format!("{prefix}prices")
+}
+
+/// One swap's effect on its pool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Apply<'a> {
+    pub pool: &'a str,
+    pub seq: Seq,
+    pub reserve_a: u64,
+    pub reserve_b: u64,
+    pub sqrt_price_x64: Option<u128>,
+    pub last_price_ticks: Option<u64>,
+    pub price: f64,
+    pub venue: i32,
+}
+
+/// The `EVALSHA` command applying `apply`.
+pub fn apply_command(sha: &str, prefix: &str, apply: &Apply<'_>, audit: bool) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(sha)
+        .arg(2)
+        .arg(pool_key(prefix, apply.pool))
+        .arg(audit_key(prefix, apply.pool))
+        .arg(apply.seq.slot)
+        .arg(apply.seq.tx_index)
+        .arg(apply.seq.ix_index)
+        .arg(apply.reserve_a)
+        .arg(apply.reserve_b)
+        .arg(apply.sqrt_price_x64.map(|v| v.to_string()).unwrap_or_default())
+        .arg(apply.last_price_ticks.map(|v| v.to_string()).unwrap_or_default())
+        .arg(format!("{:.12}", apply.price))
+        .arg(apply.venue)
+        .arg(prices_channel(prefix))
+        .arg(apply.pool)
+        .arg(if audit { "1" } else { "0" });
+    cmd
+}
+
+/// The SHA1 Redis gives a script (what `EVALSHA` names it by).
+pub fn script_sha(source: &str) -> String {
+    redis::Script::new(source).get_hash().to_string()
+}
+
+/// Reads a pool's state back (`None` when no swap was applied yet).
+pub async fn read_pool(
+    conn: &mut impl redis::aio::ConnectionLike,
+    prefix: &str,
+    pool: &str,
+) -> redis::RedisResult<Option<PoolState>> {
+    let fields: HashMap<String, String> = redis::cmd("HGETALL").arg(pool_key(prefix, pool)).query_async(conn).await?;
+    if fields.is_empty() {
+        return Ok(None);
+    }
+    let num = |name: &str| fields.get(name).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    Ok(Some(PoolState {
+        reserve_a: num("reserve_a"),
+        reserve_b: num("reserve_b"),
+        sqrt_price_x64: fields.get("sqrt_price_x64").and_then(|v| v.parse().ok()).unwrap_or(0),
+        last_price_ticks: num("last_price_ticks"),
+        last_applied: Some(Seq { slot: num("slot"), tx_index: num("tx") as u32, ix_index: num("ix") as u32 }),
+        swaps_applied: num("swaps_applied"),
+    }))
+}
+
+/// Reads a pool's audit list as sequences.
+pub async fn read_audit(
+    conn: &mut impl redis::aio::ConnectionLike,
+    prefix: &str,
+    pool: &str,
+) -> redis::RedisResult<Vec<Seq>> {
+    let raw: Vec<String> = redis::cmd("LRANGE").arg(audit_key(prefix, pool)).arg(0).arg(-1).query_async(conn).await?;
+    Ok(raw
+        .iter()
+        .filter_map(|s| {
+            let mut it = s.split(':').map(|p| p.parse::<u64>().ok());
+            Some(Seq { slot: it.next()??, tx_index: it.next()?? as u32, ix_index: it.next()?? as u32 })
+        })
+        .collect())
+}

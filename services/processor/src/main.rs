@@ -1,0 +1,45 @@
+//! processor: consumes `chain.transactions`, recognises swaps, keeps pool
+//! state in Redis and publishes swaps to `dex.swaps`. A pure Kafka consumer
+//! with no scheduled work: Kubernetes scales it on consumer-group lag.
+//!
+//! Configuration: `SLUICE_PROCESSOR_…` variables (see ARCHITECTURE.md and
+//! `sluice_runtime::config` / `sluice_dex::config`); every bad or unknown
+//! one is reported by name and the process exits with status 2.
+
+use anyhow::Context;
+use sluice_dex::{DexConfig, DexHandler};
+use sluice_runtime::{Runtime, RuntimeConfig};
+use sluice_service::env::EnvReader;
+use sluice_service::{signal, telemetry};
+
+fn main() -> anyhow::Result<()> {
+    telemetry::init();
+    let mut env = EnvReader::from_env("SLUICE_PROCESSOR_");
+    let runtime_config = RuntimeConfig::read(&mut env);
+    let dex_config = DexConfig::read(&mut env);
+    let runtime_config = match (env.finish(), runtime_config) {
+        (Ok(()), Some(config)) => config,
+        (Err(e), _) => {
+            tracing::error!("{e}");
+            std::process::exit(2);
+        }
+        (Ok(()), None) => unreachable!("a missing required setting is reported by finish()"),
+    };
+    let deadline = runtime_config.shutdown_deadline;
+    let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
+    let result = tokio.block_on(async move {
+        let runtime = Runtime::new(runtime_config, sluice_dex::handler::scripts()).context("starting sinks")?;
+        let handler = DexHandler::new(
+            dex_config,
+            runtime.kafka(),
+            runtime.redis(),
+            &runtime.config().redis_url,
+            &runtime.metrics().registry,
+        )
+        .map_err(anyhow::Error::msg)?;
+        runtime.run(handler, signal::shutdown(), |_| {}).await.context("processor")
+    });
+    // Tasks still retrying past the deadline must not hold the process.
+    tokio.shutdown_timeout(deadline / 10);
+    result
+}

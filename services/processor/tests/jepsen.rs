@@ -1,0 +1,427 @@
+//! A Jepsen-style checker for the processor, against the real stack.
+//!
+//! It records what must happen (the seeded chain, regenerated: every swap
+//! per pool, every malformed transaction) and what did happen (pool states
+//! and the audit log of applied sequences in Redis, `dex.swaps`, the
+//! dead-letter topic), then reports lost swaps, double-applied effects,
+//! out-of-order applications, state mismatches and missing dead letters —
+//! all of which must be zero — and the duplicates in `dex.swaps`, which are
+//! allowed only across a crash or revoke.
+
+#![allow(dead_code, clippy::print_stdout, clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use prost::Message;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use sluice_chainsim::feed::{FeedOptions, FeedReport, feed};
+use sluice_chainsim::{Chain, ChainConfig, TxKind};
+use sluice_core::pool::{PoolState, Seq};
+use sluice_core::route::record_keys;
+use sluice_kafka::topics::TopicSpec;
+use sluice_kafka::{KafkaConfig, ensure_topics};
+use sluice_proto::dex::v1::Swap;
+use sluice_testkit::{consume, unique};
+
+/// Topics, group and key prefix of one scenario: nothing shared with others.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub name: String,
+    pub kafka: KafkaConfig,
+    pub redis_url: String,
+    pub input: String,
+    pub swaps: String,
+    pub dlq: String,
+    pub group: String,
+    pub prefix: String,
+    pub chain: ChainConfig,
+    pub logs: PathBuf,
+}
+
+impl Scenario {
+    /// Creates the scenario's topics and token registry.
+    pub async fn new(name: &str, redis_url: &str, transactions_per_sec: u32) -> Self {
+        let id = unique(name);
+        let s = Self {
+            name: name.to_string(),
+            kafka: sluice_testkit::kafka(),
+            redis_url: redis_url.to_string(),
+            input: format!("{id}.chain.transactions"),
+            swaps: format!("{id}.dex.swaps"),
+            dlq: format!("{id}.chain.transactions.dlq"),
+            group: format!("{id}.processor"),
+            prefix: format!("{id}:"),
+            chain: ChainConfig { seed: 17, tx_per_sec: transactions_per_sec, ..ChainConfig::default() },
+            logs: std::env::temp_dir().join(&id),
+        };
+        std::fs::create_dir_all(&s.logs).unwrap();
+        let specs = [TopicSpec::new(&s.input, 12), TopicSpec::new(&s.swaps, 12), TopicSpec::new(&s.dlq, 3)];
+        ensure_topics(&s.kafka, &specs, Duration::from_secs(60)).await.expect("topics");
+        let chain = Chain::new(s.chain.clone()).unwrap();
+        let client = redis::Client::open(s.redis_url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.expect("redis");
+        sluice_dex::registry::publish(&mut conn, &s.prefix, &chain.tokens()).await.expect("registry");
+        s
+    }
+
+    /// Feeds at least `transactions` of the chain into the input topic.
+    pub async fn feed(&self, transactions: u64) -> FeedReport {
+        let options = FeedOptions { max_transactions: Some(transactions), ..FeedOptions::new(&self.input) };
+        feed(Chain::new(self.chain.clone()).unwrap(), &self.kafka, &options).await.expect("feed")
+    }
+
+    /// Feeds in the background; the handle yields the report.
+    pub fn feed_in_background(&self, transactions: u64) -> tokio::task::JoinHandle<FeedReport> {
+        let s = self.clone();
+        tokio::spawn(async move { s.feed(transactions).await })
+    }
+
+    /// Starts one processor process.
+    pub fn spawn(&self, instance: &str) -> Processor {
+        self.spawn_with_redis(instance, &self.redis_url)
+    }
+
+    /// Starts one processor process against another Redis URL.
+    pub fn spawn_with_redis(&self, instance: &str, redis_url: &str) -> Processor {
+        let log = std::fs::File::create(self.logs.join(format!("{instance}.log"))).unwrap();
+        let admin_port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_processor"))
+            .env("SLUICE_PROCESSOR_KAFKA_BROKERS", &self.kafka.brokers)
+            .env("SLUICE_PROCESSOR_REDIS_URL", redis_url)
+            .env("SLUICE_PROCESSOR_GROUP_ID", &self.group)
+            .env("SLUICE_PROCESSOR_INPUT_TOPIC", &self.input)
+            .env("SLUICE_PROCESSOR_SWAPS_TOPIC", &self.swaps)
+            .env("SLUICE_PROCESSOR_DLQ_TOPIC", &self.dlq)
+            .env("SLUICE_PROCESSOR_REDIS_PREFIX", &self.prefix)
+            .env("SLUICE_PROCESSOR_AUDIT_APPLIED", "true")
+            .env("SLUICE_PROCESSOR_ADMIN_LISTEN", format!("127.0.0.1:{admin_port}"))
+            .env("SLUICE_PROCESSOR_SESSION_TIMEOUT_MS", "10000")
+            .env("SLUICE_PROCESSOR_DRAIN_DEADLINE_MS", "5000")
+            .env("SLUICE_PROCESSOR_SHUTDOWN_DEADLINE_MS", "15000")
+            .env("SLUICE_LOG_FORMAT", "plain")
+            .env("SLUICE_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("starting the processor binary");
+        Processor { child, name: instance.to_string(), admin_port }
+    }
+
+    /// Sum over partitions of (committed offset, high watermark) for the group.
+    pub fn progress(&self) -> (i64, i64) {
+        let consumer: BaseConsumer = self.kafka.client().set("group.id", &self.group).create().unwrap();
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..12 {
+            tpl.add_partition(&self.input, p);
+        }
+        let committed = consumer
+            .committed_offsets(tpl, Duration::from_secs(5))
+            .map_or(0, |c| c.elements().iter().map(|e| if let Offset::Offset(o) = e.offset() { o } else { 0 }).sum());
+        let high = (0..12)
+            .map(|p| consumer.fetch_watermarks(&self.input, p, Duration::from_secs(5)).map_or(0, |(_, h)| h))
+            .sum();
+        (committed, high)
+    }
+
+    /// Waits until the group has committed `fraction` of `records`.
+    pub async fn wait_committed(&self, records: u64, fraction: f64, timeout: Duration) {
+        let target = (records as f64 * fraction) as i64;
+        let deadline = Instant::now() + timeout;
+        loop {
+            let (committed, _) = tokio::task::block_in_place(|| self.progress());
+            if committed >= target {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}: only {committed} of {target} records committed within {timeout:?}; logs in {}",
+                self.name,
+                self.logs.display()
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+/// A running processor process.
+pub struct Processor {
+    pub child: Child,
+    pub name: String,
+    pub admin_port: u16,
+}
+
+impl Processor {
+    /// The HTTP status of `GET path` on the admin port (0 when it does not answer).
+    pub fn admin_status(&self, path: &str) -> u16 {
+        use std::io::{Read, Write};
+        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", self.admin_port)) else { return 0 };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+        let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+        if stream.write_all(request.as_bytes()).is_err() {
+            return 0;
+        }
+        let mut response = String::new();
+        let _ = stream.read_to_string(&mut response);
+        response.split_whitespace().nth(1).and_then(|code| code.parse().ok()).unwrap_or(0)
+    }
+
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill").arg(format!("-{signal}")).arg(self.child.id().to_string()).status();
+        assert!(status.is_ok_and(|s| s.success()), "kill -{signal} {}", self.name);
+    }
+
+    /// SIGTERM and wait for a clean exit (status 0).
+    pub fn terminate(mut self) {
+        self.signal("TERM");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "{} exited with {status} after SIGTERM", self.name);
+                return;
+            }
+            assert!(Instant::now() < deadline, "{} did not stop within 30 s of SIGTERM", self.name);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn kill(mut self) {
+        self.signal("KILL");
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Processor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A free loopback port.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A Redis server of the test's own, so stopping it affects nobody else.
+pub struct OwnRedis {
+    pub port: u16,
+    pub dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl OwnRedis {
+    pub fn start(dir: PathBuf) -> Self {
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut redis = Self { port: free_port(), dir, child: None };
+        redis.run();
+        redis
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn run(&mut self) {
+        // Snapshots only on shutdown (`SHUTDOWN SAVE`), loaded on start: a
+        // stop loses nothing, as with a production Redis that persists.
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (deploy/local/stack.sh installs it)");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "own redis did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Stops the server (saving its data); `restart` brings it back.
+    pub fn stop(&mut self) {
+        let saved = Command::new("redis-cli").args(["-p", &self.port.to_string(), "shutdown", "save"]).status();
+        assert!(saved.is_ok(), "redis-cli shutdown");
+        if let Some(mut child) = self.child.take() {
+            let _ = child.wait();
+        }
+    }
+
+    pub fn restart(&mut self) {
+        self.run();
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// What the checker found.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub transactions: u64,
+    pub expected_swaps: usize,
+    pub pools_checked: usize,
+    pub state_mismatches: Vec<String>,
+    pub lost_swaps: usize,
+    pub lost_effects: usize,
+    pub double_applied: usize,
+    pub out_of_order: usize,
+    pub duplicate_swap_records: usize,
+    pub dead_letters: usize,
+    pub expected_dead_letters: usize,
+    pub missing_dead_letters: usize,
+    pub dead_letters_without_reason: usize,
+}
+
+impl Report {
+    pub fn print(&self, name: &str) {
+        println!(
+            "checker[{name}]: {} transactions, {} swaps expected over {} pools | state mismatches {} | lost swaps {} | lost effects {} | double-applied {} | out-of-order {} | dead letters {} (missing {}, without reason {}) | duplicate dex.swaps records {}",
+            self.transactions,
+            self.expected_swaps,
+            self.pools_checked,
+            self.state_mismatches.len(),
+            self.lost_swaps,
+            self.lost_effects,
+            self.double_applied,
+            self.out_of_order,
+            self.dead_letters,
+            self.missing_dead_letters,
+            self.dead_letters_without_reason,
+            self.duplicate_swap_records
+        );
+    }
+
+    /// The invariants that hold in every scenario.
+    pub fn assert_exactly_once_effects(&self, name: &str) {
+        self.print(name);
+        assert!(
+            self.state_mismatches.is_empty(),
+            "{name}: pools differ from the chain: {:?}",
+            &self.state_mismatches[..self.state_mismatches.len().min(5)]
+        );
+        assert_eq!(self.lost_swaps, 0, "{name}: swaps missing from dex.swaps");
+        assert_eq!(self.lost_effects, 0, "{name}: swaps never applied");
+        assert_eq!(self.double_applied, 0, "{name}: swaps applied twice");
+        assert_eq!(self.out_of_order, 0, "{name}: swaps applied out of order");
+        assert_eq!(self.missing_dead_letters, 0, "{name}: malformed records not dead-lettered");
+        assert_eq!(self.dead_letters_without_reason, 0, "{name}: dead letters without a reason");
+    }
+}
+
+/// Checks everything the processors did against the chain up to `feed.last_slot`.
+pub async fn check(s: &Scenario, fed: &FeedReport) -> Report {
+    let last_slot = fed.last_slot.expect("fed something");
+    let mut chain = Chain::new(s.chain.clone()).unwrap();
+    let mut expected: HashMap<String, Vec<Seq>> = HashMap::new();
+    let mut malformed: HashSet<String> = HashSet::new();
+    let mut report = Report::default();
+    while chain.next_slot() <= last_slot {
+        for g in chain.next_block().transactions {
+            report.transactions += 1;
+            match g.kind {
+                TxKind::Swap { .. } => {
+                    for key in record_keys(&g.tx) {
+                        let r = sluice_core::recognize::recognize(&g.tx, key).unwrap();
+                        for f in r.swaps {
+                            expected.entry(f.pool.to_string()).or_default().push(f.seq);
+                        }
+                    }
+                }
+                TxKind::Malformed(_) => {
+                    malformed.insert(g.tx.signature.clone());
+                }
+                TxKind::UnknownVenue => {}
+            }
+        }
+    }
+    report.expected_swaps = expected.values().map(Vec::len).sum();
+
+    // Redis: final state and the audit log of every applied sequence.
+    let client = redis::Client::open(s.redis_url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    for pool in chain.pools() {
+        report.pools_checked += 1;
+        let address = &pool.info.pool;
+        let truth = pool.state;
+        let got = sluice_dex::state::read_pool(&mut conn, &s.prefix, address).await.unwrap();
+        let matches = match got {
+            Some(state) => state == truth,
+            None => truth.swaps_applied == 0,
+        };
+        if !matches {
+            report.state_mismatches.push(format!("{address}: redis {got:?} vs chain {truth:?}"));
+        }
+        let audit = sluice_dex::state::read_audit(&mut conn, &s.prefix, address).await.unwrap();
+        let mut seen = HashSet::new();
+        for (i, seq) in audit.iter().enumerate() {
+            if !seen.insert(*seq) {
+                report.double_applied += 1;
+            }
+            if i > 0 && audit[i - 1] >= *seq {
+                report.out_of_order += 1;
+            }
+        }
+        let wanted = expected.get(address).cloned().unwrap_or_default();
+        report.lost_effects += wanted.iter().filter(|s| !seen.contains(s)).count();
+    }
+    let _ = PoolState::default();
+
+    // dex.swaps: every expected swap at least once.
+    let swaps_total = high_watermarks(&s.kafka, &s.swaps, 12);
+    let records = consume(&s.kafka, &s.swaps, swaps_total as usize, Duration::from_secs(120)).await;
+    assert_eq!(records.len() as i64, swaps_total, "read all of {}", s.swaps);
+    let mut published: HashMap<(String, Seq), usize> = HashMap::new();
+    for r in &records {
+        let swap = Swap::decode(r.payload.as_slice()).expect("a Swap");
+        let seq = Seq::from(swap.sequence.as_ref().expect("sequence"));
+        *published.entry((swap.pool.clone(), seq)).or_default() += 1;
+    }
+    for (pool, seqs) in &expected {
+        report.lost_swaps += seqs.iter().filter(|seq| !published.contains_key(&(pool.clone(), **seq))).count();
+    }
+    report.duplicate_swap_records = published.values().map(|n| n - 1).sum();
+
+    // Dead letters: every malformed transaction, with its reason.
+    let dlq_total = high_watermarks(&s.kafka, &s.dlq, 3);
+    let dead = consume(&s.kafka, &s.dlq, dlq_total as usize, Duration::from_secs(60)).await;
+    report.dead_letters = dead.len();
+    let mut dead_signatures = HashSet::new();
+    for r in &dead {
+        let tx = sluice_proto::chain::v1::ChainTransaction::decode(r.payload.as_slice()).expect("original payload");
+        dead_signatures.insert(tx.signature);
+        let has = |h: &str| r.headers.get(h).is_some_and(|v| !v.is_empty());
+        if !(has("sluice.error.kind") && has("sluice.error.message") && has("sluice.original.offset")) {
+            report.dead_letters_without_reason += 1;
+        }
+    }
+    report.expected_dead_letters = malformed.len();
+    report.missing_dead_letters = malformed.iter().filter(|sig| !dead_signatures.contains(*sig)).count();
+    report
+}
+
+fn high_watermarks(kafka: &KafkaConfig, topic: &str, partitions: i32) -> i64 {
+    let consumer: BaseConsumer = kafka.client().create().unwrap();
+    (0..partitions).map(|p| consumer.fetch_watermarks(topic, p, Duration::from_secs(5)).map_or(0, |(_, h)| h)).sum()
+}
+
+/// Waits until the group committed everything in the input topic.
+pub async fn wait_drained(s: &Scenario, records: u64, timeout: Duration) {
+    s.wait_committed(records, 1.0, timeout).await;
+}
+
+pub fn summary(map: &BTreeMap<String, u64>) -> String {
+    format!("{map:?}")
+}
