@@ -172,16 +172,18 @@ impl DexHandler {
         let command =
             state::apply_command(&self.apply_sha, &self.config.redis_prefix, &apply, self.config.audit_applied);
         let payload = swap.encode_to_vec();
-        // Both outputs in flight at once; the record completes when both are acknowledged.
-        let (applied, published) = tokio::join!(
-            self.redis.exec(command),
-            self.kafka.send(&self.config.swaps_topic, fact.pool.as_bytes(), &payload, None)
-        );
-        let applied = applied.map_err(|e| HandleError::transient("redis", e))?;
-        published.map_err(|e| HandleError::transient("kafka", e))?;
+        // Redis first, then Kafka: if Redis is down nothing is published, so
+        // a retry after an outage writes no duplicate to dex.swaps. A replay
+        // finds the state already applied (0) and publishes again only what
+        // an earlier attempt could not.
+        let applied = self.redis.exec(command).await.map_err(|e| HandleError::transient("redis", e))?;
         if redis::from_redis_value::<i64>(applied).ok() == Some(0) {
             self.metrics.stale_swaps.inc();
         }
+        self.kafka
+            .send(&self.config.swaps_topic, fact.pool.as_bytes(), &payload, None)
+            .await
+            .map_err(|e| HandleError::transient("kafka", e))?;
         self.metrics.swaps.with_label_values(&[venue_label(fact.venue)]).inc();
         Ok(())
     }

@@ -40,6 +40,8 @@ pub struct Scenario {
     pub prefix: String,
     pub chain: ChainConfig,
     pub logs: PathBuf,
+    /// `classic` (cooperative-sticky) or `consumer` (KIP-848).
+    pub group_protocol: &'static str,
 }
 
 impl Scenario {
@@ -57,6 +59,7 @@ impl Scenario {
             prefix: format!("{id}:"),
             chain: ChainConfig { seed: 17, tx_per_sec: transactions_per_sec, ..ChainConfig::default() },
             logs: std::env::temp_dir().join(&id),
+            group_protocol: "classic",
         };
         std::fs::create_dir_all(&s.logs).unwrap();
         let specs = [TopicSpec::new(&s.input, 12), TopicSpec::new(&s.swaps, 12), TopicSpec::new(&s.dlq, 3)];
@@ -99,6 +102,7 @@ impl Scenario {
             .env("SLUICE_PROCESSOR_REDIS_PREFIX", &self.prefix)
             .env("SLUICE_PROCESSOR_AUDIT_APPLIED", "true")
             .env("SLUICE_PROCESSOR_ADMIN_LISTEN", format!("127.0.0.1:{admin_port}"))
+            .env("SLUICE_PROCESSOR_GROUP_PROTOCOL", self.group_protocol)
             .env("SLUICE_PROCESSOR_SESSION_TIMEOUT_MS", "10000")
             .env("SLUICE_PROCESSOR_DRAIN_DEADLINE_MS", "5000")
             .env("SLUICE_PROCESSOR_SHUTDOWN_DEADLINE_MS", "15000")
