@@ -55,6 +55,15 @@ if io=$(grep -E '^(tokio|rdkafka|redis|tonic|hyper|axum) ' <<<"$core_deps"); the
   die "sluice-core must do no IO, but depends on: $(tr '\n' ' ' <<<"$io")"
 fi
 echo "sluice-core depends on no IO crate"
+processor_deps=$(cargo tree --locked -p sluice-processor -e normal --prefix none)
+if sched=$(grep -E '^(tokio-cron-scheduler|sluice-scheduler|cron) ' <<<"$processor_deps"); then
+  die "the processor must contain no scheduled work, but depends on: $(tr '\n' ' ' <<<"$sched")"
+fi
+echo "sluice-processor depends on no scheduling crate"
+if cargo tree --locked -p sluice-runtime -e normal --prefix none | grep -qE '^sluice-(dex|chainsim) '; then
+  die "the runtime must stay workload-agnostic: sluice-runtime depends on a workload crate"
+fi
+echo "sluice-runtime depends on no workload"
 
 say "building and running every test (Kafka $SLUICE_KAFKA_BROKERS, Redis $SLUICE_REDIS_URL)"
 # Two tests at a time per test binary: the machine has two cores and the broker needs some.

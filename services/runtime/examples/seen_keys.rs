@@ -1,0 +1,52 @@
+//! A second workload on the Sluice runtime, to show the shape of one: it
+//! records, per record key, which records it has seen, in a Redis set.
+//!
+//! Everything hard (offsets, lanes, budgets, retries, dead letters,
+//! rebalances, shutdown, metrics) is the runtime's; the workload is one
+//! `Handler`. Its effect is idempotent (`SADD` of the record's coordinates),
+//! so a record processed twice after a crash counts once, and it awaits its
+//! effect before returning, so the runtime commits only what landed.
+//!
+//! Run it against the local stack:
+//!
+//! ```text
+//! eval "$(deploy/local/stack.sh env)"
+//! SLUICE_PROCESSOR_KAFKA_BROKERS=$SLUICE_KAFKA_BROKERS SLUICE_PROCESSOR_REDIS_URL=$SLUICE_REDIS_URL \
+//! SLUICE_PROCESSOR_GROUP_ID=seen-keys SLUICE_PROCESSOR_ADMIN_LISTEN=127.0.0.1:9191 \
+//!   cargo run -p sluice-runtime --example seen_keys
+//! ```
+
+use sluice_runtime::sink::RedisSink;
+use sluice_runtime::{HandleError, Handled, Handler, Record, Runtime, RuntimeConfig};
+use sluice_service::env::EnvReader;
+
+struct SeenKeys {
+    redis: RedisSink,
+}
+
+impl Handler for SeenKeys {
+    async fn handle(&self, record: &Record) -> Result<Handled, HandleError> {
+        let Some(key) = record.key.as_deref() else {
+            // Bad input is not retried: it goes to the dead-letter topic with this reason.
+            return Err(HandleError::invalid("no_key", "record has no key"));
+        };
+        let mut cmd = redis::cmd("SADD");
+        cmd.arg([b"seen:".as_slice(), key].concat()).arg(format!("{}:{}", record.partition, record.offset));
+        // A Redis failure is transient: the runtime retries with backoff, blocking only this key.
+        self.redis.exec(cmd).await.map_err(|e| HandleError::transient("redis", e))?;
+        Ok(Handled::ok(record.timestamp_ms))
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    sluice_service::telemetry::init();
+    let mut env = EnvReader::from_env("SLUICE_PROCESSOR_");
+    let config = RuntimeConfig::read(&mut env);
+    env.finish()?;
+    let config = config.ok_or("incomplete configuration")?;
+    let runtime = Runtime::new(config, Vec::new())?;
+    let handler = SeenKeys { redis: runtime.redis() };
+    runtime.run(handler, sluice_service::signal::shutdown(), |_| {}).await?;
+    Ok(())
+}
