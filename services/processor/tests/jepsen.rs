@@ -40,6 +40,8 @@ pub struct Scenario {
     pub prefix: String,
     pub chain: ChainConfig,
     pub logs: PathBuf,
+    /// Admin ports of every processor started, for diagnostics on failure.
+    pub admin_ports: std::sync::Arc<std::sync::Mutex<Vec<(String, u16)>>>,
     /// `classic` (cooperative-sticky) or `consumer` (KIP-848).
     pub group_protocol: &'static str,
 }
@@ -59,6 +61,7 @@ impl Scenario {
             prefix: format!("{id}:"),
             chain: ChainConfig { seed: 17, tx_per_sec: transactions_per_sec, ..ChainConfig::default() },
             logs: std::env::temp_dir().join(&id),
+            admin_ports: Default::default(),
             group_protocol: "classic",
         };
         std::fs::create_dir_all(&s.logs).unwrap();
@@ -92,6 +95,7 @@ impl Scenario {
     pub fn spawn_with_redis(&self, instance: &str, redis_url: &str) -> Processor {
         let log = std::fs::File::create(self.logs.join(format!("{instance}.log"))).unwrap();
         let admin_port = free_port();
+        self.admin_ports.lock().unwrap().push((instance.to_string(), admin_port));
         let child = Command::new(env!("CARGO_BIN_EXE_processor"))
             .env("SLUICE_PROCESSOR_KAFKA_BROKERS", &self.kafka.brokers)
             .env("SLUICE_PROCESSOR_REDIS_URL", redis_url)
@@ -131,6 +135,34 @@ impl Scenario {
         (committed, high)
     }
 
+    /// The interesting metrics of every processor still answering.
+    pub fn diagnostics(&self) -> String {
+        let mut out = String::new();
+        for (name, port) in self.admin_ports.lock().unwrap().iter() {
+            let metrics = admin_body(*port, "/metrics");
+            let keep: Vec<&str> = metrics
+                .lines()
+                .filter(|l| {
+                    !l.starts_with('#')
+                        && (l.contains("in_flight")
+                            || l.contains("paused")
+                            || l.contains("stalled")
+                            || l.contains("messages_total")
+                            || l.contains("commits_total")
+                            || l.contains("committed_offset")
+                            || l.contains("assigned")
+                            || l.contains("retries"))
+                })
+                .collect();
+            out.push_str(&format!(
+                "--- {name} (admin {port}) ready={}\n{}\n",
+                admin_status(*port, "/ready"),
+                keep.join("\n")
+            ));
+        }
+        out
+    }
+
     /// Waits until the group has committed `fraction` of `records`.
     pub async fn wait_committed(&self, records: u64, fraction: f64, timeout: Duration) {
         let target = (records as f64 * fraction) as i64;
@@ -140,12 +172,14 @@ impl Scenario {
             if committed >= target {
                 return;
             }
-            assert!(
-                Instant::now() < deadline,
-                "{}: only {committed} of {target} records committed within {timeout:?}; logs in {}",
-                self.name,
-                self.logs.display()
-            );
+            if Instant::now() >= deadline {
+                panic!(
+                    "{}: only {committed} of {target} records committed within {timeout:?}; logs in {}\n{}",
+                    self.name,
+                    self.logs.display(),
+                    self.diagnostics()
+                );
+            }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
@@ -161,16 +195,7 @@ pub struct Processor {
 impl Processor {
     /// The HTTP status of `GET path` on the admin port (0 when it does not answer).
     pub fn admin_status(&self, path: &str) -> u16 {
-        use std::io::{Read, Write};
-        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", self.admin_port)) else { return 0 };
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-        let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-        if stream.write_all(request.as_bytes()).is_err() {
-            return 0;
-        }
-        let mut response = String::new();
-        let _ = stream.read_to_string(&mut response);
-        response.split_whitespace().nth(1).and_then(|code| code.parse().ok()).unwrap_or(0)
+        admin_status(self.admin_port, path)
     }
 
     pub fn signal(&self, signal: &str) {
@@ -203,6 +228,29 @@ impl Drop for Processor {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+fn admin_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return String::new() };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return String::new();
+    }
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response
+}
+
+/// The HTTP status of `GET path` on a processor's admin port (0 when it does not answer).
+pub fn admin_status(port: u16, path: &str) -> u16 {
+    admin_get(port, path).split_whitespace().nth(1).and_then(|code| code.parse().ok()).unwrap_or(0)
+}
+
+/// The body of `GET path` on a processor's admin port (empty when it does not answer).
+pub fn admin_body(port: u16, path: &str) -> String {
+    admin_get(port, path).split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap_or_default()
 }
 
 /// A free loopback port.

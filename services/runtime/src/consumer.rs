@@ -178,7 +178,15 @@ impl<H: Handler> Ctx<H> {
     /// Commits `tpl` synchronously and records the outcome.
     fn commit_sync(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) {
         let started = Instant::now();
-        match consumer.commit(tpl, CommitMode::Sync) {
+        let result = consumer.commit(tpl, CommitMode::Sync);
+        if started.elapsed() > Duration::from_secs(2) {
+            tracing::warn!(
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                ok = result.is_ok(),
+                "Slow offset commit"
+            );
+        }
+        match result {
             Ok(()) => {
                 self.metrics.commit_seconds.observe(started.elapsed().as_secs_f64());
                 self.metrics.commits.with_label_values(&["ok"]).inc();
