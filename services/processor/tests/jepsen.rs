@@ -107,9 +107,10 @@ impl Scenario {
             .env("SLUICE_PROCESSOR_AUDIT_APPLIED", "true")
             .env("SLUICE_PROCESSOR_ADMIN_LISTEN", format!("127.0.0.1:{admin_port}"))
             .env("SLUICE_PROCESSOR_GROUP_PROTOCOL", self.group_protocol)
-            .env("SLUICE_PROCESSOR_SESSION_TIMEOUT_MS", "10000")
-            .env("SLUICE_PROCESSOR_DRAIN_DEADLINE_MS", "5000")
-            .env("SLUICE_PROCESSOR_SHUTDOWN_DEADLINE_MS", "15000")
+            // A killed member is noticed within 15 s; a drain may take 10 s.
+            .env("SLUICE_PROCESSOR_SESSION_TIMEOUT_MS", "15000")
+            .env("SLUICE_PROCESSOR_DRAIN_DEADLINE_MS", "10000")
+            .env("SLUICE_PROCESSOR_SHUTDOWN_DEADLINE_MS", "20000")
             .env("SLUICE_LOG_FORMAT", "plain")
             .env("SLUICE_LOG", "info")
             .stdout(Stdio::null())
@@ -467,6 +468,19 @@ pub async fn check(s: &Scenario, fed: &FeedReport) -> Report {
 fn high_watermarks(kafka: &KafkaConfig, topic: &str, partitions: i32) -> i64 {
     let consumer: BaseConsumer = kafka.client().create().unwrap();
     (0..partitions).map(|p| consumer.fetch_watermarks(topic, p, Duration::from_secs(5)).map_or(0, |(_, h)| h)).sum()
+}
+
+/// The end of every scenario: wait until everything fed is committed,
+/// check, stop the processors cleanly, and assert the invariants that hold
+/// whatever the faults were.
+pub async fn finish(s: &Scenario, fed: &FeedReport, processors: Vec<Processor>) -> Report {
+    wait_drained(s, fed.records, Duration::from_secs(300)).await;
+    let report = check(s, fed).await;
+    for p in processors {
+        p.terminate();
+    }
+    report.assert_exactly_once_effects(&s.name);
+    report
 }
 
 /// Waits until the group committed everything in the input topic.

@@ -7,7 +7,7 @@ mod jepsen;
 
 use std::time::Duration;
 
-use jepsen::{Scenario, check, wait_drained};
+use jepsen::{Scenario, check, finish, wait_drained};
 
 const TRANSACTIONS: u64 = 100_000;
 
@@ -16,13 +16,8 @@ async fn two_processors_give_exactly_once_effects() {
     let redis = sluice_testkit::redis_url();
     let s = Scenario::new("baseline", &redis, 5_000).await;
     let fed = s.feed(TRANSACTIONS).await;
-    let a = s.spawn("a");
-    let b = s.spawn("b");
-    wait_drained(&s, fed.records, Duration::from_secs(300)).await;
-    let report = check(&s, &fed).await;
-    a.terminate();
-    b.terminate();
-    report.assert_exactly_once_effects(&s.name);
+    let processors = vec![s.spawn("a"), s.spawn("b")];
+    finish(&s, &fed, processors).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -36,11 +31,7 @@ async fn kip848_consumer_protocol_gives_exactly_once_effects() {
     // A second member joins mid-stream: a broker-driven incremental revoke.
     let b = s.spawn("b");
     let fed = feeding.await.expect("feed task");
-    wait_drained(&s, fed.records, Duration::from_secs(300)).await;
-    let report = check(&s, &fed).await;
-    a.terminate();
-    b.terminate();
-    report.assert_exactly_once_effects(&s.name);
+    finish(&s, &fed, vec![a, b]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -55,11 +46,7 @@ async fn sigkill_mid_stream_and_restart() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let a2 = s.spawn("a2");
     let fed = feeding.await.expect("feed task");
-    wait_drained(&s, fed.records, Duration::from_secs(300)).await;
-    let report = check(&s, &fed).await;
-    a2.terminate();
-    b.terminate();
-    report.assert_exactly_once_effects(&s.name);
+    finish(&s, &fed, vec![a2, b]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -73,10 +60,7 @@ async fn instances_added_and_removed_under_load() {
     s.wait_committed(TRANSACTIONS, 0.5, Duration::from_secs(300)).await;
     a.terminate();
     let fed = feeding.await.expect("feed task");
-    wait_drained(&s, fed.records, Duration::from_secs(300)).await;
-    let report = check(&s, &fed).await;
-    b.terminate();
-    report.assert_exactly_once_effects(&s.name);
+    finish(&s, &fed, vec![b]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -124,11 +108,7 @@ async fn sigterm_drains_cleanly_and_nothing_is_reprocessed() {
     s.wait_committed(fed.records, 0.4, Duration::from_secs(300)).await;
     a.terminate();
     let a2 = s.spawn("a2");
-    wait_drained(&s, fed.records, Duration::from_secs(300)).await;
-    let report = check(&s, &fed).await;
-    a2.terminate();
-    b.terminate();
-    report.assert_exactly_once_effects(&s.name);
+    let report = finish(&s, &fed, vec![a2, b]).await;
     assert_eq!(report.duplicate_swap_records, 0, "a clean drain reprocesses nothing");
     assert_eq!(report.dead_letters, report.expected_dead_letters, "no dead letter written twice");
 }

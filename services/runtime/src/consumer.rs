@@ -39,11 +39,11 @@ pub(crate) struct Ctx<H> {
     topic: Arc<str>,
     actors: Mutex<HashMap<i32, ActorHandle>>,
     next_epoch: Mutex<u64>,
-    /// Latest safe position per owned partition, and the last one the
-    /// group acknowledged; the periodic commit sends those that differ, so a
-    /// failed commit is retried by the next one.
+    /// Latest safe position per owned partition, and the last one sent in a
+    /// periodic commit; the periodic commit sends those that differ (and all
+    /// of them now and then, so a commit lost in transit is repeated).
     pending: Mutex<HashMap<i32, i64>>,
-    committed: Mutex<HashMap<i32, i64>>,
+    sent: Mutex<HashMap<i32, i64>>,
     runtime: tokio::runtime::Handle,
     commands: std::sync::mpsc::Sender<Command>,
     shared: Arc<TaskShared<H>>,
@@ -53,7 +53,28 @@ pub(crate) struct Ctx<H> {
     health: Arc<Health>,
 }
 
-impl<H: Handler> ClientContext for Ctx<H> {}
+impl<H: Handler> ClientContext for Ctx<H> {
+    /// librdkafka's statistics (every `statistics.interval.ms`, delivered on
+    /// poll): the high watermark per assigned partition, without a blocking
+    /// metadata request on the consumer thread.
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        let Some(topic) = statistics.topics.get(&*self.topic) else { return };
+        let owned: Vec<i32> = self.lock_actors().keys().copied().collect();
+        for p in owned {
+            let Some(stats) = topic.partitions.get(&p) else { continue };
+            if stats.hi_offset < 0 {
+                continue;
+            }
+            let labels = [&*self.topic, &p.to_string()];
+            self.metrics.high_watermark.with_label_values(&labels).set(stats.hi_offset);
+            if stats.committed_offset >= 0 {
+                self.metrics.committed_offset.with_label_values(&labels).set(stats.committed_offset);
+            }
+            let committed = self.metrics.committed_offset.with_label_values(&labels).get();
+            self.metrics.lag.with_label_values(&labels).set((stats.hi_offset - committed).max(0));
+        }
+    }
+}
 
 impl<H: Handler> ConsumerContext for Ctx<H> {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -119,10 +140,10 @@ impl<H: Handler> Ctx<H> {
     /// committed by the periodic commit.
     fn forget_pending(&self, partitions: &[i32]) {
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        let mut committed = self.committed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut sent = self.sent.lock().unwrap_or_else(|e| e.into_inner());
         for p in partitions {
             pending.remove(p);
-            committed.remove(p);
+            sent.remove(p);
         }
     }
 
@@ -190,10 +211,8 @@ impl<H: Handler> Ctx<H> {
             Ok(()) => {
                 self.metrics.commit_seconds.observe(started.elapsed().as_secs_f64());
                 self.metrics.commits.with_label_values(&["ok"]).inc();
-                let mut committed = self.committed.lock().unwrap_or_else(|e| e.into_inner());
                 for e in tpl.elements() {
                     if let Offset::Offset(o) = e.offset() {
-                        committed.insert(e.partition(), o);
                         self.metrics
                             .committed_offset
                             .with_label_values(&[&*self.topic, &e.partition().to_string()])
@@ -229,7 +248,9 @@ pub(crate) fn client_config(config: &RuntimeConfig) -> ClientConfig {
         .set("max.poll.interval.ms", config.max_poll_interval.as_millis().to_string())
         // Prefetch is bounded: the per-partition budget does the rest.
         .set("queued.max.messages.kbytes", "16384")
-        .set("fetch.queue.backoff.ms", "100");
+        .set("fetch.queue.backoff.ms", "100")
+        // Feeds the high-watermark and lag gauges (see `ClientContext::stats`).
+        .set("statistics.interval.ms", "5000");
     match config.group_protocol {
         GroupProtocol::Classic => {
             c.set("partition.assignment.strategy", "cooperative-sticky")
@@ -267,7 +288,7 @@ pub(crate) fn start<H: Handler>(
         actors: Mutex::new(HashMap::new()),
         next_epoch: Mutex::new(0),
         pending: Mutex::new(HashMap::new()),
-        committed: Mutex::new(HashMap::new()),
+        sent: Mutex::new(HashMap::new()),
         runtime: tokio::runtime::Handle::current(),
         commands,
         shared,
@@ -300,13 +321,14 @@ fn poll_loop<H: Handler>(
     commit_interval: Duration,
 ) {
     let ctx = consumer.context().clone();
-    let mut last_watermarks = Instant::now();
     let mut last_commit = Instant::now();
+    let mut commits = 0u64;
     while !stop.load(Ordering::Acquire) {
         apply_commands(&consumer, &commands);
         if last_commit.elapsed() >= commit_interval {
             last_commit = Instant::now();
-            commit_pending(&consumer);
+            commits += 1;
+            commit_pending(&consumer, commits % 10 == 0);
         }
         match consumer.poll(Duration::from_millis(50)) {
             Some(Ok(m)) => {
@@ -330,10 +352,6 @@ fn poll_loop<H: Handler>(
             }
             Some(Err(e)) => tracing::warn!(error = %e, "Consumer error"),
             None => {}
-        }
-        if last_watermarks.elapsed() >= Duration::from_secs(5) {
-            last_watermarks = Instant::now();
-            export_lag(&consumer);
         }
     }
     shutdown(&consumer, &commands, drain);
@@ -390,16 +408,20 @@ fn apply_commands<H: Handler>(consumer: &BaseConsumer<Ctx<H>>, commands: &std::s
     }
 }
 
-/// Commits every position that moved since the last acknowledged commit.
-/// Synchronous: one round trip per commit interval on this thread, and the
-/// result (latency, error code, committed offsets) is observed right here.
-/// A failed commit leaves the positions pending, so the next one retries.
-fn commit_pending<H: Handler>(consumer: &BaseConsumer<Ctx<H>>) {
+/// Commits, asynchronously, every position that moved since the last
+/// periodic commit, and every position when `all` is set. Asynchronous so
+/// the poll loop never waits on the coordinator; the committed offsets show
+/// in the statistics (`committed_offset` gauge). Revoke and shutdown commit
+/// synchronously instead.
+fn commit_pending<H: Handler>(consumer: &BaseConsumer<Ctx<H>>, all: bool) {
     let ctx = consumer.context();
     let moved: Vec<(i32, i64)> = {
         let pending = ctx.pending.lock().unwrap_or_else(|e| e.into_inner());
-        let committed = ctx.committed.lock().unwrap_or_else(|e| e.into_inner());
-        pending.iter().filter(|(p, o)| committed.get(p) != Some(o)).map(|(p, o)| (*p, *o)).collect()
+        let mut sent = ctx.sent.lock().unwrap_or_else(|e| e.into_inner());
+        let moved: Vec<(i32, i64)> =
+            pending.iter().filter(|(p, o)| all || sent.get(p) != Some(o)).map(|(p, o)| (*p, *o)).collect();
+        sent.extend(moved.iter().copied());
+        moved
     };
     if moved.is_empty() {
         return;
@@ -408,18 +430,16 @@ fn commit_pending<H: Handler>(consumer: &BaseConsumer<Ctx<H>>) {
     for (p, o) in &moved {
         let _ = tpl.add_partition_offset(&ctx.topic, *p, Offset::Offset(*o));
     }
-    ctx.commit_sync(consumer, &tpl);
-}
-
-fn export_lag<H: Handler>(consumer: &BaseConsumer<Ctx<H>>) {
-    let ctx = consumer.context();
-    let partitions: Vec<i32> = ctx.lock_actors().keys().copied().collect();
-    for p in partitions {
-        if let Ok((_, high)) = consumer.fetch_watermarks(&ctx.topic, p, Duration::from_millis(500)) {
-            let labels = [&*ctx.topic, &p.to_string()];
-            ctx.metrics.high_watermark.with_label_values(&labels).set(high);
-            let committed = ctx.metrics.committed_offset.with_label_values(&labels).get();
-            ctx.metrics.lag.with_label_values(&labels).set((high - committed).max(0));
+    match consumer.commit(&tpl, CommitMode::Async) {
+        Ok(()) => ctx.metrics.commits.with_label_values(&["sent"]).inc(),
+        Err(e) => {
+            let code = e.rdkafka_error_code().map_or_else(|| "unknown".to_string(), |c| format!("{c:?}"));
+            ctx.metrics.commits.with_label_values(&[&code]).inc();
+            tracing::warn!(error = %e, "Offset commit could not be sent; the next one retries");
+            let mut sent = ctx.sent.lock().unwrap_or_else(|e| e.into_inner());
+            for (p, _) in moved {
+                sent.remove(&p);
+            }
         }
     }
 }

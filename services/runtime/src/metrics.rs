@@ -89,7 +89,10 @@ impl RuntimeMetrics {
                 &["partition"]
             )),
             commits: reg!(IntCounterVec::new(
-                Opts::new(name("commits_total"), "Offset commits, by result (ok or the error code)"),
+                Opts::new(
+                    name("commits_total"),
+                    "Offset commits: periodic ones sent (sent), synchronous ones (ok or the error code)"
+                ),
                 &["result"]
             )),
             commit_seconds: reg!(Histogram::with_opts(
