@@ -17,13 +17,13 @@ fn main() -> anyhow::Result<()> {
     let mut env = EnvReader::from_env("SLUICE_PROCESSOR_");
     let runtime_config = RuntimeConfig::read(&mut env);
     let dex_config = DexConfig::read(&mut env);
+    // A missing required setting is one of the problems `finish` reports.
     let runtime_config = match (env.finish(), runtime_config) {
         (Ok(()), Some(config)) => config,
-        (Err(e), _) => {
-            tracing::error!("{e}");
+        (result, _) => {
+            tracing::error!("{}", result.err().map_or_else(|| "invalid configuration".to_string(), |e| e.to_string()));
             std::process::exit(2);
         }
-        (Ok(()), None) => unreachable!("a missing required setting is reported by finish()"),
     };
     let deadline = runtime_config.shutdown_deadline;
     let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;

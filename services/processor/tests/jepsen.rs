@@ -10,7 +10,7 @@
 
 #![allow(dead_code, clippy::print_stdout, clippy::unwrap_used)]
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -20,7 +20,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use sluice_chainsim::feed::{FeedOptions, FeedReport, feed};
 use sluice_chainsim::{Chain, ChainConfig, TxKind};
-use sluice_core::pool::{PoolState, Seq};
+use sluice_core::pool::Seq;
 use sluice_core::route::record_keys;
 use sluice_kafka::topics::TopicSpec;
 use sluice_kafka::{KafkaConfig, ensure_topics};
@@ -430,7 +430,6 @@ pub async fn check(s: &Scenario, fed: &FeedReport) -> Report {
         let wanted = expected.get(address).cloned().unwrap_or_default();
         report.lost_effects += wanted.iter().filter(|s| !seen.contains(s)).count();
     }
-    let _ = PoolState::default();
 
     // dex.swaps: every expected swap at least once.
     let swaps_total = high_watermarks(&s.kafka, &s.swaps, 12);
@@ -486,8 +485,4 @@ pub async fn finish(s: &Scenario, fed: &FeedReport, processors: Vec<Processor>) 
 /// Waits until the group committed everything in the input topic.
 pub async fn wait_drained(s: &Scenario, records: u64, timeout: Duration) {
     s.wait_committed(records, 1.0, timeout).await;
-}
-
-pub fn summary(map: &BTreeMap<String, u64>) -> String {
-    format!("{map:?}")
 }
