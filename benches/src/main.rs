@@ -6,6 +6,8 @@
 //! - `chain`: how fast the chain simulator generates transactions and how
 //!   fast the core recognises them, on one thread; the ceiling for any
 //!   benchmark fed by chainsim.
+//! - `contention`: experiment 2, locks before and after (see `contention`).
+//! - `barrier`: experiment 3, cohort barrier against the bounded pipeline.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -17,7 +19,10 @@ use sluice_chainsim::{Chain, ChainConfig};
 use sluice_core::recognize::recognize;
 use sluice_core::route::record_keys;
 
+mod barrier;
+mod contention;
 mod machine;
+mod stats;
 
 #[derive(Parser, Debug)]
 #[command(name = "sluice-bench", about = "Sluice benchmarks; results land in results/")]
@@ -38,6 +43,34 @@ enum Mode {
         transactions: u64,
         #[arg(long, default_value_t = 1)]
         seed: u64,
+    },
+    /// Experiment 2: Mutex LRU vs batch-evicting DashMap cache, RwLock vs
+    /// DashMap pool state, SeqCst vs Release/Acquire prices; 1 and 2 threads.
+    Contention {
+        /// Seconds per variant and thread count.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+    },
+    /// Experiment 3: cohort barrier vs bounded pipeline under heavy-tailed IO.
+    Barrier {
+        /// Base item latency, ms (large against tokio's 1 ms timer).
+        #[arg(long, default_value_t = 10)]
+        base_ms: u64,
+        /// Slow items take this many times the base.
+        #[arg(long, default_value_t = 100)]
+        slow_factor: u64,
+        /// Share of slow items, parts per million (10,000 = 1%).
+        #[arg(long, default_value_t = 10_000)]
+        slow_ppm: u32,
+        /// Counting window per run, seconds (long against the slowest item).
+        #[arg(long, default_value_t = 20.0)]
+        window_seconds: f64,
+        /// Warm-up before the window, seconds.
+        #[arg(long, default_value_t = 3.0)]
+        warmup_seconds: f64,
+        /// Fail unless the pipeline reaches this share of its Little's-law bound (CI smoke).
+        #[arg(long)]
+        min_utilization: Option<f64>,
     },
 }
 
@@ -106,6 +139,67 @@ fn main() -> Result<()> {
             );
             println!("  encoded    {:>12.0} bytes/tx", figures.encoded_bytes_per_tx);
             ("chain", config, serde_json::to_value(&figures)?)
+        }
+        Mode::Contention { seconds } => {
+            let comparisons = contention::run(std::time::Duration::from_secs_f64(seconds));
+            println!("mode contention ({seconds} s per variant and thread count)");
+            println!(
+                "  {:<28} {:<24} {:>14} {:>14} {:>10} {:>10} {:>8}",
+                "comparison", "variant", "ops/s 1 thr", "ops/s 2 thr", "p99 2 thr", "2/1 scale", "speedup"
+            );
+            for c in &comparisons {
+                for (v, speedup) in [(&c.before, None), (&c.after, Some(c.speedup_2_threads))] {
+                    println!(
+                        "  {:<28} {:<24} {:>14.0} {:>14.0} {:>8} ns {:>10.2} {:>8}",
+                        c.what,
+                        v.name,
+                        v.runs[0].ops_per_sec,
+                        v.runs[1].ops_per_sec,
+                        v.runs[1].latency.p99_ns,
+                        v.scaling,
+                        speedup.map_or(String::new(), |s| format!("{s:.1}x")),
+                    );
+                }
+            }
+            ("contention", serde_json::json!({ "seconds_per_run": seconds }), serde_json::to_value(&comparisons)?)
+        }
+        Mode::Barrier { base_ms, slow_factor, slow_ppm, window_seconds, warmup_seconds, min_utilization } => {
+            let io = barrier::Io { base_ms, slow_factor, slow_ppm };
+            let pairs = barrier::run(
+                io,
+                &[10, 64],
+                std::time::Duration::from_secs_f64(warmup_seconds),
+                std::time::Duration::from_secs_f64(window_seconds),
+            );
+            println!(
+                "mode barrier (base {base_ms} ms, {slow_ppm} ppm items ×{slow_factor}, window {window_seconds} s)"
+            );
+            for p in &pairs {
+                for r in [&p.cohort, &p.pipeline] {
+                    println!(
+                        "  n={:<3} {:<9} {:>9.0} items/s  item {:>6.2} ms  bound {:>9.0}/s  utilization {:>5.1}%",
+                        r.concurrency,
+                        r.mode,
+                        r.items_per_sec,
+                        r.measured_item_ms,
+                        r.littles_bound_per_sec,
+                        r.utilization * 100.0
+                    );
+                }
+                println!(
+                    "  n={:<3} pipeline ÷ cohort = {:.2} (theory {:.2})",
+                    p.concurrency, p.measured_ratio, p.theoretical_ratio
+                );
+            }
+            if let Some(min) = min_utilization
+                && let Some(worst) = pairs.iter().map(|p| p.pipeline.utilization).reduce(f64::min)
+                && worst < min
+            {
+                anyhow::bail!("pipeline utilization {worst:.2} below the smoke bound {min}");
+            }
+            let config =
+                serde_json::json!({ "io": io, "window_seconds": window_seconds, "warmup_seconds": warmup_seconds });
+            ("barrier", config, serde_json::to_value(&pairs)?)
         }
     };
     let report = serde_json::json!({

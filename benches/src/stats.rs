@@ -1,0 +1,33 @@
+//! Latency distributions as every result reports them.
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+/// p50…max of a histogram recorded in nanoseconds.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Latency {
+    pub p50_ns: u64,
+    pub p95_ns: u64,
+    pub p99_ns: u64,
+    pub p999_ns: u64,
+    pub max_ns: u64,
+    pub mean_ns: f64,
+}
+
+impl Latency {
+    pub fn of(h: &Histogram<u64>) -> Self {
+        Self {
+            p50_ns: h.value_at_quantile(0.50),
+            p95_ns: h.value_at_quantile(0.95),
+            p99_ns: h.value_at_quantile(0.99),
+            p999_ns: h.value_at_quantile(0.999),
+            max_ns: h.max(),
+            mean_ns: h.mean(),
+        }
+    }
+}
+
+/// A histogram for nanosecond values up to an hour, 3 significant digits.
+pub fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds")
+}
