@@ -54,7 +54,7 @@ enum Mode {
     /// Experiment 3: cohort barrier vs bounded pipeline under heavy-tailed IO.
     Barrier {
         /// Base item latency, ms (large against tokio's 1 ms timer).
-        #[arg(long, default_value_t = 10)]
+        #[arg(long, default_value_t = 20)]
         base_ms: u64,
         /// Slow items take this many times the base.
         #[arg(long, default_value_t = 100)]
