@@ -50,6 +50,9 @@ enum Mode {
         /// Seconds per variant and thread count.
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
+        /// Fail if an "after" variant's 2-thread p99 exceeds this (CI smoke; catches gross regressions).
+        #[arg(long)]
+        max_p99_us: Option<u64>,
     },
     /// Experiment 3: cohort barrier vs bounded pipeline under heavy-tailed IO.
     Barrier {
@@ -140,7 +143,7 @@ fn main() -> Result<()> {
             println!("  encoded    {:>12.0} bytes/tx", figures.encoded_bytes_per_tx);
             ("chain", config, serde_json::to_value(&figures)?)
         }
-        Mode::Contention { seconds } => {
+        Mode::Contention { seconds, max_p99_us } => {
             let comparisons = contention::run(std::time::Duration::from_secs_f64(seconds));
             println!("mode contention ({seconds} s per variant and thread count)");
             println!(
@@ -160,6 +163,11 @@ fn main() -> Result<()> {
                         speedup.map_or(String::new(), |s| format!("{s:.1}x")),
                     );
                 }
+            }
+            if let Some(max) = max_p99_us
+                && let Some(c) = comparisons.iter().find(|c| c.after.runs[1].latency.p99_ns > max * 1_000)
+            {
+                anyhow::bail!("{} p99 {} ns above the smoke bound {max} µs", c.what, c.after.runs[1].latency.p99_ns);
             }
             ("contention", serde_json::json!({ "seconds_per_run": seconds }), serde_json::to_value(&comparisons)?)
         }

@@ -67,6 +67,14 @@ echo "sluice-runtime depends on no workload"
 
 say "building and running every test (Kafka $SLUICE_KAFKA_BROKERS, Redis $SLUICE_REDIS_URL)"
 # Two tests at a time per test binary: the machine has two cores and the broker needs some.
+say "benchmark smoke (short runs with loose bounds: they catch rot and gross regressions, not performance)"
+smoke_out=$(mktemp -d)
+cargo run --locked -q -p sluice-benches --bin sluice-bench -- --out "$smoke_out" chain --transactions 20000 >/dev/null
+cargo run --locked -q -p sluice-benches --bin sluice-bench -- --out "$smoke_out" contention --seconds 0.2 --max-p99-us 2000
+cargo run --locked -q -p sluice-benches --bin sluice-bench -- --out "$smoke_out" barrier \
+  --base-ms 5 --slow-factor 20 --window-seconds 2 --warmup-seconds 0.5 --min-utilization 0.8
+rm -rf "$smoke_out"
+
 test_log="$SLUICE_STACK_DIR/logs/cargo-test.log"
 mkdir -p "$(dirname "$test_log")"
 rc=0
