@@ -9,39 +9,56 @@
 //! registry data refetched on a miss that is good enough, and it is what
 //! keeps hits free.
 
-use dashmap::DashMap;
 use std::hash::Hash;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use dashmap::DashMap;
+
+/// Shards of the map: many more than cores, so two threads rarely share a
+/// shard's lock word (a read lock is still an atomic write to it).
+const SHARDS: usize = 64;
 
 /// A bounded concurrent map with batch eviction.
 #[derive(Debug)]
 pub struct BatchEvictingCache<K: Eq + Hash, V> {
     map: DashMap<K, V>,
     capacity: usize,
+    /// Entries, kept on the side: `DashMap::len` visits every shard's lock.
+    len: AtomicUsize,
 }
 
 impl<K: Eq + Hash + Clone, V: Clone> BatchEvictingCache<K, V> {
     /// A cache holding at most about `capacity` entries (at least 1).
     pub fn new(capacity: usize) -> Self {
-        Self { map: DashMap::with_capacity(capacity.max(1)), capacity: capacity.max(1) }
+        Self {
+            map: DashMap::with_capacity_and_shard_amount(capacity.max(1), SHARDS),
+            capacity: capacity.max(1),
+            len: AtomicUsize::new(0),
+        }
     }
 
     /// The cached value, cloned.
-    pub fn get(&self, key: &K) -> Option<V> {
+    pub fn get<Q>(&self, key: &Q) -> Option<V>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.map.get(key).map(|v| v.value().clone())
     }
 
-    /// Inserts `value`; at the cap, first evicts about 10% of the entries.
+    /// Inserts `value`; past the cap, evicts about 10% of the entries.
     /// Returns how many entries this call evicted.
     pub fn insert(&self, key: K, value: V) -> usize {
-        let mut evicted = 0;
-        if self.map.len() >= self.capacity && !self.map.contains_key(&key) {
-            // Two inserters at the cap may both evict a batch: the cache then
-            // holds ~80% for a while, which costs a few misses. The cap holds
-            // up to the number of concurrent inserters.
-            evicted = self.evict_batch();
+        if self.map.insert(key, value).is_some() {
+            return 0; // replaced: no new entry
         }
-        self.map.insert(key, value);
-        evicted
+        if self.len.fetch_add(1, Ordering::Relaxed) < self.capacity {
+            return 0;
+        }
+        // Two inserters past the cap may both evict a batch: the cache then
+        // holds ~80% for a while, which costs a few misses. The cap holds
+        // up to the number of concurrent inserters.
+        self.evict_batch()
     }
 
     fn evict_batch(&self) -> usize {
@@ -55,25 +72,38 @@ impl<K: Eq + Hash + Clone, V: Clone> BatchEvictingCache<K, V> {
                 true
             }
         });
+        self.len.fetch_sub(removed, Ordering::Relaxed);
         removed
     }
 
     /// Removes `key` (an invalidation).
-    pub fn remove(&self, key: &K) -> bool {
-        self.map.remove(key).is_some()
+    pub fn remove<Q>(&self, key: &Q) -> bool
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let removed = self.map.remove(key).is_some();
+        if removed {
+            self.len.fetch_sub(1, Ordering::Relaxed);
+        }
+        removed
     }
 
     /// Drops every entry.
     pub fn clear(&self) {
-        self.map.clear();
+        self.map.retain(|_, _| {
+            self.len.fetch_sub(1, Ordering::Relaxed);
+            false
+        });
     }
 
+    /// Entries (the side counter: O(1), no shard locks).
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.len.load(Ordering::Relaxed)
     }
 
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.len() == 0
     }
 
     pub fn capacity(&self) -> usize {
@@ -129,7 +159,8 @@ mod tests {
                 std::thread::spawn(move || {
                     for k in 0..20_000u64 {
                         cache.insert(t * 1_000_000 + k, k);
-                        assert!(cache.len() <= 502, "len {}", cache.len());
+                        let len = cache.len();
+                        assert!(len <= 502, "len {len}");
                     }
                 })
             })
@@ -137,6 +168,7 @@ mod tests {
         for t in threads {
             t.join().expect("no panic");
         }
-        assert!(cache.len() <= 502);
+        assert!(cache.len() <= 500, "len {}", cache.len());
+        assert_eq!(cache.len(), cache.map.len(), "the side counter matches the map");
     }
 }

@@ -73,7 +73,7 @@ impl DexHandler {
 
     /// Decimals and symbol of `mint`, from the cache or the registry.
     async fn token(&self, mint: &str) -> Result<TokenInfo, HandleError> {
-        if let Some(info) = self.tokens.get(&mint.to_string()) {
+        if let Some(info) = self.tokens.get(mint) {
             self.metrics.cache_hits.inc();
             return Ok(info);
         }
