@@ -138,11 +138,6 @@ impl DexHandler {
                 base_lot_size: 0,
             }),
         };
-        // Reference pools (e.g. SOL/USDC) move the board before this swap's
-        // own notional is computed.
-        if self.is_stable(&b.symbol) && self.board.tracks(&a.symbol) {
-            self.board.store(&a.symbol, price);
-        }
         let swap = Swap {
             pool: fact.pool.to_string(),
             venue: fact.venue as i32,
@@ -174,11 +169,16 @@ impl DexHandler {
         let payload = swap.encode_to_vec();
         // Redis first, then Kafka: if Redis is down nothing is published, so
         // a retry after an outage writes no duplicate to dex.swaps. A replay
-        // finds the state already applied (0) and publishes again only what
-        // an earlier attempt could not.
+        // finds the state already applied (0) and publishes the swap again:
+        // dex.swaps is at-least-once (each Swap carries its sequence, for
+        // consumers that deduplicate); the pool state is exactly-once.
         let applied = self.redis.exec(command).await.map_err(|e| HandleError::transient("redis", e))?;
         if redis::from_redis_value::<i64>(applied).ok() == Some(0) {
             self.metrics.stale_swaps.inc();
+        } else if self.is_stable(&b.symbol) && self.board.tracks(&a.symbol) {
+            // Only a swap that moved its reference pool (e.g. SOL/USDC) moves
+            // the board: a replayed old swap must not set a stale price.
+            self.board.store(&a.symbol, price);
         }
         self.kafka
             .send(&self.config.swaps_topic, fact.pool.as_bytes(), &payload, None)

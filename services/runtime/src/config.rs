@@ -161,9 +161,11 @@ impl RuntimeConfig {
                 n("MAX_POLL_INTERVAL_MS")
             ));
         }
-        if self.shutdown_deadline <= self.drain_deadline {
+        // The drain (plus its 0.5 s slack), a producer flush of up to 5 s and
+        // the final commit all fit in the shutdown deadline.
+        if self.shutdown_deadline < self.drain_deadline + Duration::from_secs(6) {
             problems.push(format!(
-                "{} ({} ms) must be above {} ({} ms): shutdown drains, then flushes and commits",
+                "{} ({} ms) must be at least {} ({} ms) + 6000 ms: shutdown drains, then flushes and commits",
                 n("SHUTDOWN_DEADLINE_MS"),
                 self.shutdown_deadline.as_millis(),
                 n("DRAIN_DEADLINE_MS"),

@@ -6,8 +6,8 @@
 //! offset, pause, resume), each command tagged with the actor's assignment
 //! epoch; a command from an epoch that is no longer current is dropped.
 //! Offsets are stored as-is (`store_offsets`: the next offset to consume)
-//! and committed by librdkafka's auto-commit, plus a synchronous commit on
-//! revoke and at shutdown.
+//! and committed by this thread: asynchronously every commit interval, and
+//! synchronously on revoke and at shutdown (librdkafka's auto-commit is off).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -98,7 +98,11 @@ impl<H: Handler> ConsumerContext for Ctx<H> {
                         self.commands.clone(),
                         self.shared.clone(),
                     );
-                    actors.insert(p, handle);
+                    if let Some(old) = actors.insert(p, handle) {
+                        // Assigned again without a revoke in between: the old
+                        // epoch's work must stop and never commit.
+                        let _ = old.tx.send(ActorMsg::Lost);
+                    }
                 }
                 self.set_assigned(actors.len());
             }
@@ -127,6 +131,19 @@ impl<H: Handler> ConsumerContext for Ctx<H> {
                 self.metrics.rebalances.with_label_values(&["error"]).inc();
                 tracing::error!(error = %e, "Rebalance error");
             }
+        }
+    }
+
+    /// librdkafka keeps an application pause across unassign and reassign,
+    /// and a new actor starts unpaused: so every newly assigned partition is
+    /// resumed, or a partition paused by an earlier owner-epoch would never
+    /// be fetched again.
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(tpl) = rebalance
+            && tpl.count() > 0
+            && let Err(e) = consumer.resume(tpl)
+        {
+            tracing::warn!(error = %e, "Resuming newly assigned partitions failed");
         }
     }
 }

@@ -38,6 +38,10 @@ pub(crate) enum ActorMsg {
     Lost,
 }
 
+/// Completed-but-uncommitted records a partition may hold behind its
+/// lowest unfinished one, as a multiple of the in-flight budget.
+const WINDOW_FACTOR: usize = 10;
+
 /// Budget and hysteresis of one partition.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Budget {
@@ -59,6 +63,9 @@ pub(crate) struct PartitionActor<H> {
     tracker: OffsetTracker,
     /// Keys with a running record, and the records queued behind it.
     lanes: HashMap<Vec<u8>, VecDeque<Record>>,
+    /// Running record tasks by offset, aborted when the epoch ends so no
+    /// record of this epoch runs beside the next owner's.
+    running: HashMap<i64, tokio::task::AbortHandle>,
     bytes: usize,
     paused: bool,
     stalled: usize,
@@ -86,6 +93,7 @@ impl<H: Handler> PartitionActor<H> {
             epoch,
             tracker: OffsetTracker::new(),
             lanes: HashMap::new(),
+            running: HashMap::new(),
             bytes: 0,
             paused: false,
             stalled: 0,
@@ -130,7 +138,7 @@ impl<H: Handler> PartitionActor<H> {
                 }
                 Some(ActorMsg::Drain { deadline, reply }) => draining = Some((deadline, reply)),
                 Some(ActorMsg::Lost) => {
-                    self.revoked.store(true, Ordering::Release);
+                    self.end_epoch();
                     self.clear_metrics(&label);
                     return;
                 }
@@ -139,11 +147,19 @@ impl<H: Handler> PartitionActor<H> {
         }
         // Revoked (or the runtime is stopping): stop every task of this epoch
         // and hand the last safe position to the consumer thread.
-        self.revoked.store(true, Ordering::Release);
+        self.end_epoch();
         if let Some((_, reply)) = draining {
             let _ = reply.send((self.partition, self.tracker.commit_position()));
         }
         self.clear_metrics(&label);
+    }
+
+    /// Stops every task of this epoch: none may run beside the next owner.
+    fn end_epoch(&mut self) {
+        self.revoked.store(true, Ordering::Release);
+        for (_, task) in self.running.drain() {
+            task.abort();
+        }
     }
 
     fn clear_metrics(&self, label: &str) {
@@ -154,9 +170,10 @@ impl<H: Handler> PartitionActor<H> {
 
     fn on_record(&mut self, record: Record) {
         if let Err(e) = self.tracker.received(record.offset) {
-            // librdkafka delivers a partition's offsets increasing; anything
-            // else is a bug upstream. Skip processing it: it is not tracked,
-            // so it can never be committed past.
+            // librdkafka delivers a partition's offsets increasing within an
+            // assignment; anything else (e.g. a position reset after log
+            // truncation) is not tracked and not processed. Loud, because the
+            // commit position may then pass it.
             tracing::error!(partition = self.partition, error = %e, "Offset out of order; record ignored");
             return;
         }
@@ -171,7 +188,7 @@ impl<H: Handler> PartitionActor<H> {
             },
             None => self.start(record),
         }
-        if self.tracker.incomplete() >= self.budget.max_records || self.bytes >= self.budget.max_bytes {
+        if self.over_budget() {
             self.set_paused(true);
         }
     }
@@ -182,6 +199,7 @@ impl<H: Handler> PartitionActor<H> {
             return;
         }
         self.bytes = self.bytes.saturating_sub(size);
+        self.running.remove(&offset);
         if let Some(key) = key {
             let next = self.lanes.get_mut(&key).and_then(VecDeque::pop_front);
             match next {
@@ -197,15 +215,31 @@ impl<H: Handler> PartitionActor<H> {
         self.maybe_resume();
     }
 
-    fn start(&self, record: Record) {
-        tokio::spawn(task::run(self.shared.clone(), record, self.tx.clone(), self.revoked.clone()));
+    fn start(&mut self, record: Record) {
+        let offset = record.offset;
+        let task = tokio::spawn(task::run(self.shared.clone(), record, self.tx.clone(), self.revoked.clone()));
+        self.running.insert(offset, task.abort_handle());
+    }
+
+    /// Records in flight, bytes in flight, or (behind one slow record)
+    /// completed records waiting for the watermark: each is bounded.
+    fn over_budget(&self) -> bool {
+        let b = self.budget;
+        self.tracker.incomplete() >= b.max_records
+            || self.bytes >= b.max_bytes
+            || self.tracker.window_len() >= b.max_records * WINDOW_FACTOR
     }
 
     fn maybe_resume(&mut self) {
         let b = self.budget;
         let low_records = (b.max_records as f64 * b.resume_fraction) as usize;
         let low_bytes = (b.max_bytes as f64 * b.resume_fraction) as usize;
-        if self.paused && self.stalled == 0 && self.tracker.incomplete() <= low_records && self.bytes <= low_bytes {
+        if self.paused
+            && self.stalled == 0
+            && self.tracker.incomplete() <= low_records
+            && self.bytes <= low_bytes
+            && self.tracker.window_len() <= low_records * WINDOW_FACTOR
+        {
             self.set_paused(false);
         }
     }

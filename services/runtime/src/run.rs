@@ -139,6 +139,8 @@ impl Runtime {
         let _ = admin_task.await;
         match joined {
             Err(_) => Err(RuntimeError::ShutdownTimeout(deadline)),
+            // The consumer thread panicked (while draining, or before).
+            Ok(Ok(Err(_)) | Err(_)) => Err(RuntimeError::ConsumerDied),
             Ok(_) if consumer_died => Err(RuntimeError::ConsumerDied),
             Ok(_) => {
                 tracing::info!(elapsed_ms = begun.elapsed().as_millis() as u64, "Shutdown complete");

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use futures_util::FutureExt;
 use rdkafka::message::{Header, OwnedHeaders};
 use tokio::sync::{Semaphore, mpsc};
 
@@ -93,7 +94,18 @@ pub(crate) async fn run<H: Handler>(
             shared.metrics.dropped_completions.inc();
             break None;
         }
-        let result = match shared.handler.handle(&record).await {
+        // A panic in the handler is a bug reachable from this record: it is
+        // dead-lettered with the reason rather than left to wedge its lane.
+        let handled = std::panic::AssertUnwindSafe(shared.handler.handle(&record)).catch_unwind().await;
+        let handled = handled.unwrap_or_else(|panic| {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "handler panicked".to_string());
+            Err(HandleError::Invalid { kind: "handler_panic", message })
+        });
+        let result = match handled {
             Ok(handled) => Ok(handled),
             Err(HandleError::Invalid { kind, message }) => dead_letter(&shared, &record, kind, &message)
                 .await
@@ -138,7 +150,7 @@ pub(crate) async fn run<H: Handler>(
     shared.metrics.messages.with_label_values(&[handled.outcome]).inc();
     shared.metrics.handle_seconds.observe(started.elapsed().as_secs_f64());
     if let Some(event_ms) = handled.event_time_ms {
-        shared.metrics.end_to_end_seconds.observe((now_ms() - event_ms).max(0) as f64 / 1000.0);
+        shared.metrics.end_to_end_seconds.observe(now_ms().saturating_sub(event_ms).max(0) as f64 / 1000.0);
     }
     if actor.send(ActorMsg::Done { offset: record.offset, key: record.key, size }).is_err() {
         shared.metrics.dropped_completions.inc();
