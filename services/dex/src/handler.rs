@@ -14,25 +14,27 @@ use sluice_runtime::{HandleError, Handled, Handler, Record};
 
 use crate::config::DexConfig;
 use crate::metrics::DexMetrics;
+use crate::outputs::{Live, Outputs};
 use crate::registry::{self, TokenInfo};
 use crate::state::{self, Apply};
 
-/// Recognises swaps, applies pool state, publishes `Swap`s.
+/// Recognises swaps, applies pool state, publishes `Swap`s to `O`
+/// (Redis and Kafka in production).
 #[derive(Debug)]
-pub struct DexHandler {
+pub struct DexHandler<O: Outputs = Live> {
     config: DexConfig,
-    kafka: KafkaSink,
-    redis: RedisSink,
+    outputs: O,
     tokens: Arc<BatchEvictingCache<String, TokenInfo>>,
     board: PriceBoard,
-    apply_sha: String,
     metrics: DexMetrics,
-    invalidations: tokio::task::JoinHandle<()>,
+    invalidations: Option<tokio::task::JoinHandle<()>>,
 }
 
-impl Drop for DexHandler {
+impl<O: Outputs> Drop for DexHandler<O> {
     fn drop(&mut self) {
-        self.invalidations.abort();
+        if let Some(task) = &self.invalidations {
+            task.abort();
+        }
     }
 }
 
@@ -45,7 +47,7 @@ fn pow10(exp: u32) -> f64 {
     10f64.powi(exp as i32)
 }
 
-impl DexHandler {
+impl DexHandler<Live> {
     /// Builds the handler on the runtime's sinks and follows token invalidations.
     pub fn new(
         config: DexConfig,
@@ -55,20 +57,34 @@ impl DexHandler {
         registry: &prometheus::Registry,
     ) -> Result<Self, String> {
         let client = redis::Client::open(redis_url).map_err(|e| format!("redis url: {e}"))?;
-        let tokens = Arc::new(BatchEvictingCache::new(config.token_cache_capacity));
-        let invalidations =
-            tokio::spawn(registry::follow_invalidations(client, config.redis_prefix.clone(), tokens.clone()));
+        let outputs = Live::new(&config, kafka, redis);
+        let mut handler = DexHandler::with_outputs(config, outputs, registry)?;
+        handler.invalidations = Some(tokio::spawn(registry::follow_invalidations(
+            client,
+            handler.config.redis_prefix.clone(),
+            handler.tokens.clone(),
+        )));
+        Ok(handler)
+    }
+}
+
+impl<O: Outputs> DexHandler<O> {
+    /// The handler on any outputs (benchmarks use in-memory ones).
+    pub fn with_outputs(config: DexConfig, outputs: O, registry: &prometheus::Registry) -> Result<Self, String> {
         let metrics = DexMetrics::register(registry).map_err(|e| format!("metrics: {e}"))?;
         Ok(Self {
             board: PriceBoard::new(config.reference_tokens.iter().cloned()),
+            tokens: Arc::new(BatchEvictingCache::new(config.token_cache_capacity)),
             config,
-            kafka,
-            redis,
-            tokens,
-            apply_sha: state::script_sha(state::APPLY_SCRIPT),
+            outputs,
             metrics,
-            invalidations,
+            invalidations: None,
         })
+    }
+
+    /// The outputs (benchmarks read what landed).
+    pub fn outputs(&self) -> &O {
+        &self.outputs
     }
 
     /// Decimals and symbol of `mint`, from the cache or the registry.
@@ -78,10 +94,7 @@ impl DexHandler {
             return Ok(info);
         }
         self.metrics.cache_misses.inc();
-        let mut cmd = redis::cmd("HGET");
-        cmd.arg(registry::tokens_key(&self.config.redis_prefix)).arg(mint);
-        let value = self.redis.exec(cmd).await.map_err(|e| HandleError::transient("redis", e))?;
-        let raw: Option<String> = redis::from_redis_value(value).map_err(|e| HandleError::transient("redis", e))?;
+        let raw = self.outputs.token(mint).await.map_err(|e| HandleError::transient("redis", e))?;
         // A token missing from the registry is waited for (the refresh job
         // adds new tokens), never guessed: the record retries.
         let info = raw
@@ -164,26 +177,21 @@ impl DexHandler {
             price,
             venue: fact.venue as i32,
         };
-        let command =
-            state::apply_command(&self.apply_sha, &self.config.redis_prefix, &apply, self.config.audit_applied);
         let payload = swap.encode_to_vec();
         // Redis first, then Kafka: if Redis is down nothing is published, so
         // a retry after an outage writes no duplicate to dex.swaps. A replay
         // finds the state already applied (0) and publishes the swap again:
         // dex.swaps is at-least-once (each Swap carries its sequence, for
         // consumers that deduplicate); the pool state is exactly-once.
-        let applied = self.redis.exec(command).await.map_err(|e| HandleError::transient("redis", e))?;
-        if redis::from_redis_value::<i64>(applied).ok() == Some(0) {
+        let applied = self.outputs.apply(&apply).await.map_err(|e| HandleError::transient("redis", e))?;
+        if !applied {
             self.metrics.stale_swaps.inc();
         } else if self.is_stable(&b.symbol) && self.board.tracks(&a.symbol) {
             // Only a swap that moved its reference pool (e.g. SOL/USDC) moves
             // the board: a replayed old swap must not set a stale price.
             self.board.store(&a.symbol, price);
         }
-        self.kafka
-            .send(&self.config.swaps_topic, fact.pool.as_bytes(), &payload, None)
-            .await
-            .map_err(|e| HandleError::transient("kafka", e))?;
+        self.outputs.publish(fact.pool, &payload).await.map_err(|e| HandleError::transient("kafka", e))?;
         self.metrics.swaps.with_label_values(&[venue_label(fact.venue)]).inc();
         Ok(())
     }
@@ -198,7 +206,7 @@ fn venue_label(venue: Venue) -> &'static str {
     }
 }
 
-impl Handler for DexHandler {
+impl<O: Outputs> Handler for DexHandler<O> {
     async fn handle(&self, record: &Record) -> Result<Handled, HandleError> {
         let payload = record.payload.as_deref().unwrap_or_default();
         let tx = ChainTransaction::decode(payload).map_err(|e| HandleError::invalid("decode", e.to_string()))?;

@@ -8,6 +8,7 @@
 //! - [`registry`]: the token registry in Redis, its cache and invalidation.
 //! - [`state`]: pool state in Redis: the apply script and its read-back.
 //! - [`handler`]: `DexHandler`, tying it together.
+//! - [`outputs`]: where its effects go: Redis + Kafka, or memory (benchmarks).
 //! - [`metrics`]: the workload's metrics.
 
 #![forbid(unsafe_code)]
@@ -15,6 +16,7 @@
 pub mod config;
 pub mod handler;
 pub mod metrics;
+pub mod outputs;
 pub mod registry;
 pub mod state;
 

@@ -1,0 +1,126 @@
+//! Where the DEX handler's effects go. Production writes Redis and Kafka
+//! ([`Live`]); benchmarks keep them in memory ([`InMemory`]) to measure the
+//! handling path's ceiling with the very same handler code.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use dashmap::DashMap;
+use sluice_core::pool::PoolState;
+use sluice_runtime::sink::{KafkaSink, RedisSink, SinkError};
+
+use crate::config::DexConfig;
+use crate::registry;
+use crate::state::{self, Apply};
+
+/// The handler's three effects. Each awaits its acknowledgement.
+pub trait Outputs: Send + Sync + 'static {
+    /// The registry value of `mint` (`<decimals>:<symbol>`), if registered.
+    fn token(&self, mint: &str) -> impl Future<Output = Result<Option<String>, SinkError>> + Send;
+    /// Applies a swap to its pool: `true` when applied, `false` when the
+    /// pool had already applied a swap at or above its sequence.
+    fn apply(&self, apply: &Apply<'_>) -> impl Future<Output = Result<bool, SinkError>> + Send;
+    /// Publishes an encoded `Swap`, keyed by its pool.
+    fn publish(&self, pool: &str, payload: &[u8]) -> impl Future<Output = Result<(), SinkError>> + Send;
+}
+
+/// Production: the registry and pool state in Redis (the apply script),
+/// swaps to Kafka.
+#[derive(Debug, Clone)]
+pub struct Live {
+    kafka: KafkaSink,
+    redis: RedisSink,
+    prefix: String,
+    swaps_topic: String,
+    apply_sha: String,
+    audit: bool,
+}
+
+impl Live {
+    pub fn new(config: &DexConfig, kafka: KafkaSink, redis: RedisSink) -> Self {
+        Self {
+            kafka,
+            redis,
+            prefix: config.redis_prefix.clone(),
+            swaps_topic: config.swaps_topic.clone(),
+            apply_sha: state::script_sha(state::APPLY_SCRIPT),
+            audit: config.audit_applied,
+        }
+    }
+}
+
+impl Outputs for Live {
+    async fn token(&self, mint: &str) -> Result<Option<String>, SinkError> {
+        let mut cmd = redis::cmd("HGET");
+        cmd.arg(registry::tokens_key(&self.prefix)).arg(mint);
+        let value = self.redis.exec(cmd).await?;
+        redis::from_redis_value(value).map_err(|e| SinkError::Redis(e.to_string()))
+    }
+
+    async fn apply(&self, apply: &Apply<'_>) -> Result<bool, SinkError> {
+        let command = state::apply_command(&self.apply_sha, &self.prefix, apply, self.audit);
+        let applied = self.redis.exec(command).await?;
+        Ok(redis::from_redis_value::<i64>(applied).ok() != Some(0))
+    }
+
+    async fn publish(&self, pool: &str, payload: &[u8]) -> Result<(), SinkError> {
+        self.kafka.send(&self.swaps_topic, pool.as_bytes(), payload, None).await.map(|_| ())
+    }
+}
+
+/// Everything in memory, with the same semantics (the apply ignores a swap
+/// not above the pool's last applied sequence): the ceiling of the path.
+#[derive(Debug, Default)]
+pub struct InMemory {
+    tokens: HashMap<String, String>,
+    pools: DashMap<String, PoolState>,
+    published: AtomicU64,
+    published_bytes: AtomicU64,
+}
+
+impl InMemory {
+    /// With `tokens` as the registry (mint → `<decimals>:<symbol>`).
+    pub fn new(tokens: HashMap<String, String>) -> Self {
+        Self { tokens, ..Self::default() }
+    }
+
+    /// Swaps published so far, and their bytes.
+    pub fn published(&self) -> (u64, u64) {
+        (self.published.load(Ordering::Relaxed), self.published_bytes.load(Ordering::Relaxed))
+    }
+
+    /// A pool's state.
+    pub fn pool(&self, pool: &str) -> Option<PoolState> {
+        self.pools.get(pool).map(|s| *s)
+    }
+}
+
+impl Outputs for InMemory {
+    async fn token(&self, mint: &str) -> Result<Option<String>, SinkError> {
+        Ok(self.tokens.get(mint).cloned())
+    }
+
+    async fn apply(&self, apply: &Apply<'_>) -> Result<bool, SinkError> {
+        let mut state = self.pools.entry(apply.pool.to_string()).or_default();
+        if state.last_applied.is_some_and(|last| apply.seq <= last) {
+            return Ok(false);
+        }
+        state.reserve_a = apply.reserve_a;
+        state.reserve_b = apply.reserve_b;
+        if let Some(sqrt) = apply.sqrt_price_x64 {
+            state.sqrt_price_x64 = sqrt;
+        }
+        if let Some(ticks) = apply.last_price_ticks {
+            state.last_price_ticks = ticks;
+        }
+        state.last_applied = Some(apply.seq);
+        state.swaps_applied += 1;
+        Ok(true)
+    }
+
+    async fn publish(&self, _pool: &str, payload: &[u8]) -> Result<(), SinkError> {
+        self.published.fetch_add(1, Ordering::Relaxed);
+        self.published_bytes.fetch_add(payload.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+}
