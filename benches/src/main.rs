@@ -8,6 +8,8 @@
 //!   benchmark fed by chainsim.
 //! - `contention`: experiment 2, locks before and after (see `contention`).
 //! - `barrier`: experiment 3, cohort barrier against the bounded pipeline.
+//! - `stress`: the stress harness (so far the in-process mode: the handling
+//!   path's ceiling with in-memory outputs).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -23,6 +25,7 @@ mod barrier;
 mod contention;
 mod machine;
 mod stats;
+mod stress;
 
 #[derive(Parser, Debug)]
 #[command(name = "sluice-bench", about = "Sluice benchmarks; results land in results/")]
@@ -51,6 +54,21 @@ enum Mode {
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
         /// Fail if an "after" variant's 2-thread p99 exceeds this (CI smoke; catches gross regressions).
+        #[arg(long)]
+        max_p99_us: Option<u64>,
+    },
+    /// The stress harness: the real DEX handling path, in-process (in-memory outputs).
+    Stress {
+        /// Run time, seconds.
+        #[arg(long, default_value_t = 65.0)]
+        seconds: f64,
+        /// Workers (disjoint key sets, like partitions).
+        #[arg(long, default_value_t = 12)]
+        workers: usize,
+        /// Distinct transactions generated, then replayed for the duration.
+        #[arg(long, default_value_t = 100_000)]
+        transactions: u64,
+        /// Fail if p99 exceeds this, µs (CI smoke; catches gross regressions).
         #[arg(long)]
         max_p99_us: Option<u64>,
     },
@@ -142,6 +160,30 @@ fn main() -> Result<()> {
             );
             println!("  encoded    {:>12.0} bytes/tx", figures.encoded_bytes_per_tx);
             ("chain", config, serde_json::to_value(&figures)?)
+        }
+        Mode::Stress { seconds, workers, transactions, max_p99_us } => {
+            let f = stress::in_process(std::time::Duration::from_secs_f64(seconds), workers.max(1), transactions);
+            println!(
+                "mode stress/in-process ({} workers, {:.1} s, {} distinct records replayed)",
+                f.workers, f.seconds, f.distinct_records
+            );
+            println!(
+                "  throughput  {:>12.0} records/s ({} records, {} swaps published)",
+                f.records_per_sec, f.records, f.swaps_published
+            );
+            let l = f.latency;
+            println!(
+                "  latency     p50 {} ns  p95 {} ns  p99 {} ns  p999 {} ns  max {} ns",
+                l.p50_ns, l.p95_ns, l.p99_ns, l.p999_ns, l.max_ns
+            );
+            println!("  cost        {:.2} CPU-µs/record, peak RSS {:.0} MiB", f.cpu_us_per_record, f.peak_rss_mib);
+            if let Some(max) = max_p99_us
+                && l.p99_ns > max * 1_000
+            {
+                anyhow::bail!("p99 {} ns above the smoke bound {max} µs", l.p99_ns);
+            }
+            let config = serde_json::json!({ "seconds": seconds, "workers": workers, "transactions": transactions });
+            ("stress-in-process", config, serde_json::to_value(&f)?)
         }
         Mode::Contention { seconds, max_p99_us } => {
             let comparisons = contention::run(std::time::Duration::from_secs_f64(seconds));

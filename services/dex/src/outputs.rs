@@ -93,6 +93,11 @@ impl InMemory {
     pub fn pool(&self, pool: &str) -> Option<PoolState> {
         self.pools.get(pool).map(|s| *s)
     }
+
+    /// Forgets every pool state (a benchmark replaying its input again).
+    pub fn reset_pools(&self) {
+        self.pools.clear();
+    }
 }
 
 impl Outputs for InMemory {
