@@ -70,6 +70,8 @@ say "building and running every test (Kafka $SLUICE_KAFKA_BROKERS, Redis $SLUICE
 say "benchmark smoke (short runs with loose bounds: they catch rot and gross regressions, not performance)"
 smoke_out=$(mktemp -d)
 cargo run --locked -q -p sluice-benches --bin sluice-bench -- --out "$smoke_out" chain --transactions 20000 >/dev/null
+cargo run --locked -q -p sluice-benches --bin sluice-bench -- --out "$smoke_out" stress \
+  --seconds 2 --transactions 5000 --max-p99-us 50000 2>/dev/null
 cargo run --locked -q -p sluice-benches --bin sluice-bench -- --out "$smoke_out" contention --seconds 0.2 --max-p99-us 2000
 cargo run --locked -q -p sluice-benches --bin sluice-bench -- --out "$smoke_out" barrier \
   --base-ms 5 --slow-factor 20 --window-seconds 2 --warmup-seconds 0.5 --min-utilization 0.8
