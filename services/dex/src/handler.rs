@@ -101,7 +101,7 @@ impl<O: Outputs> DexHandler<O> {
             .as_deref()
             .and_then(registry::decode)
             .ok_or_else(|| HandleError::transient("registry", format!("token {mint} not in the registry yet")))?;
-        let evicted = self.tokens.insert(mint.to_string(), info.clone());
+        let evicted = self.tokens.insert(mint.to_string(), info);
         self.metrics.cache_evictions.inc_by(evicted as u64);
         Ok(info)
     }
@@ -113,13 +113,13 @@ impl<O: Outputs> DexHandler<O> {
     /// USD value of a swap: the stable side at 1, else a reference token at
     /// its board price, else 0 (unknown).
     fn notional(&self, a: &TokenInfo, b: &TokenInfo, amount_a: f64, amount_b: f64) -> f64 {
-        if self.is_stable(&b.symbol) {
+        if self.is_stable(b.symbol.as_str()) {
             amount_b
-        } else if self.is_stable(&a.symbol) {
+        } else if self.is_stable(a.symbol.as_str()) {
             amount_a
-        } else if let Some(p) = self.board.load(&a.symbol) {
+        } else if let Some(p) = self.board.load(a.symbol.as_str()) {
             amount_a * p
-        } else if let Some(p) = self.board.load(&b.symbol) {
+        } else if let Some(p) = self.board.load(b.symbol.as_str()) {
             amount_b * p
         } else {
             0.0
@@ -186,23 +186,14 @@ impl<O: Outputs> DexHandler<O> {
         let applied = self.outputs.apply(&apply).await.map_err(|e| HandleError::transient("redis", e))?;
         if !applied {
             self.metrics.stale_swaps.inc();
-        } else if self.is_stable(&b.symbol) && self.board.tracks(&a.symbol) {
+        } else if self.is_stable(b.symbol.as_str()) && self.board.tracks(a.symbol.as_str()) {
             // Only a swap that moved its reference pool (e.g. SOL/USDC) moves
             // the board: a replayed old swap must not set a stale price.
-            self.board.store(&a.symbol, price);
+            self.board.store(a.symbol.as_str(), price);
         }
         self.outputs.publish(fact.pool, &payload).await.map_err(|e| HandleError::transient("kafka", e))?;
-        self.metrics.swaps.with_label_values(&[venue_label(fact.venue)]).inc();
+        self.metrics.swap_counter(fact.venue).inc();
         Ok(())
-    }
-}
-
-fn venue_label(venue: Venue) -> &'static str {
-    match venue {
-        Venue::ConstantProduct => "constant_product",
-        Venue::ConcentratedLiquidity => "concentrated_liquidity",
-        Venue::OrderBook => "order_book",
-        Venue::Unspecified => "unspecified",
     }
 }
 

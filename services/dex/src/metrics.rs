@@ -1,10 +1,13 @@
 //! The DEX workload's metrics, registered in the runtime's registry.
 
 use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
+use sluice_core::dex::Venue;
 
 #[derive(Debug, Clone)]
 pub struct DexMetrics {
     pub swaps: IntCounterVec,
+    /// `swaps` per venue, resolved once: no label lookup per swap.
+    by_venue: [IntCounter; 4],
     pub stale_swaps: IntCounter,
     pub unknown_venue: IntCounter,
     pub cache_hits: IntCounter,
@@ -13,6 +16,17 @@ pub struct DexMetrics {
 }
 
 impl DexMetrics {
+    /// The swap counter of `venue`.
+    pub fn swap_counter(&self, venue: Venue) -> &IntCounter {
+        let i = match venue {
+            Venue::Unspecified => 0,
+            Venue::ConstantProduct => 1,
+            Venue::ConcentratedLiquidity => 2,
+            Venue::OrderBook => 3,
+        };
+        &self.by_venue[i]
+    }
+
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
         let counter = |name: &str, help: &str| -> prometheus::Result<IntCounter> {
             let c = IntCounter::new(format!("sluice_processor_{name}"), help)?;
@@ -24,8 +38,15 @@ impl DexMetrics {
             &["venue"],
         )?;
         registry.register(Box::new(swaps.clone()))?;
+        let by_venue = [
+            swaps.with_label_values(&["unspecified"]),
+            swaps.with_label_values(&["constant_product"]),
+            swaps.with_label_values(&["concentrated_liquidity"]),
+            swaps.with_label_values(&["order_book"]),
+        ];
         Ok(Self {
             swaps,
+            by_venue,
             stale_swaps: counter(
                 "stale_swaps_total",
                 "Swaps not applied because their pool had already applied them (replays)",

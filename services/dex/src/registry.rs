@@ -11,11 +11,42 @@ use futures_util::StreamExt;
 use sluice_core::cache::BatchEvictingCache;
 use sluice_core::dex::TokenMetadata;
 
-/// What the processor needs of a token.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A token symbol stored inline (up to 23 bytes; longer ones are cut at a
+/// character boundary), so that copying a `TokenInfo` out of the cache on
+/// every hit touches no shared reference count.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Symbol {
+    bytes: [u8; 23],
+    len: u8,
+}
+
+impl Symbol {
+    pub fn new(s: &str) -> Self {
+        let mut end = s.len().min(23);
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        let mut bytes = [0u8; 23];
+        bytes[..end].copy_from_slice(&s.as_bytes()[..end]);
+        Self { bytes, len: end as u8 }
+    }
+
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Debug for Symbol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.as_str())
+    }
+}
+
+/// What the processor needs of a token. `Copy`: a cache hit is a memcpy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TokenInfo {
     pub decimals: u32,
-    pub symbol: Arc<str>,
+    pub symbol: Symbol,
 }
 
 /// The registry hash's key.
@@ -37,7 +68,7 @@ pub fn encode(token: &TokenMetadata) -> String {
 pub fn decode(value: &str) -> Option<TokenInfo> {
     let (decimals, symbol) = value.split_once(':')?;
     let decimals: u32 = decimals.parse().ok().filter(|d| *d <= 30)?;
-    Some(TokenInfo { decimals, symbol: Arc::from(symbol) })
+    Some(TokenInfo { decimals, symbol: Symbol::new(symbol) })
 }
 
 /// Writes `tokens` into the registry and announces the change.
@@ -96,10 +127,11 @@ mod tests {
     #[test]
     fn values_round_trip_and_bad_ones_are_refused() {
         let t = TokenMetadata { mint: "m".into(), symbol: "SOL".into(), decimals: 9, ..Default::default() };
-        assert_eq!(decode(&encode(&t)), Some(TokenInfo { decimals: 9, symbol: Arc::from("SOL") }));
+        assert_eq!(decode(&encode(&t)), Some(TokenInfo { decimals: 9, symbol: Symbol::new("SOL") }));
         assert_eq!(decode("x:SOL"), None);
         assert_eq!(decode("99:SOL"), None);
         assert_eq!(decode("6"), None);
-        assert_eq!(decode("6:A:B").map(|t| t.symbol.to_string()), Some("A:B".into()));
+        assert_eq!(decode("6:A:B").map(|t| t.symbol.as_str().to_string()), Some("A:B".into()));
+        assert_eq!(Symbol::new("ÄÄÄÄÄÄÄÄÄÄÄÄ").as_str(), "ÄÄÄÄÄÄÄÄÄÄÄ", "cut at a character boundary");
     }
 }
