@@ -9,18 +9,19 @@ pub fn describe() -> Value {
         .lines()
         .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split(':').nth(1)))
         .map_or_else(|| "unknown".to_string(), |m| m.trim().to_string());
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let mem_kib: u64 = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|r| r.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0);
+    let mem_kib = proc_kib("/proc/meminfo", "MemTotal:").unwrap_or(0);
     json!({
         "cores": std::thread::available_parallelism().map_or(0, |n| n.get()),
         "cpu_model": model,
         "memory_gib": (mem_kib as f64 / 1024.0 / 1024.0 * 10.0).round() / 10.0,
         "os": std::env::consts::OS,
     })
+}
+
+/// A `<field> <n> kB` line of a /proc file (`/proc/meminfo`, `/proc/self/status`).
+pub fn proc_kib(path: &str, field: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines().find_map(|l| l.strip_prefix(field)).and_then(|r| r.split_whitespace().next()?.parse().ok())
 }
 
 /// The commit the benchmark was built from (`unknown` outside a git tree).

@@ -51,13 +51,7 @@ fn cpu_time() -> Duration {
 
 /// Peak resident memory of this process, MiB.
 fn peak_rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|r| r.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0.0);
-    kib / 1024.0
+    crate::machine::proc_kib("/proc/self/status", "VmHWM:").unwrap_or(0) as f64 / 1024.0
 }
 
 /// `transactions` of chainsim traffic as Kafka records, split by key over `workers`.

@@ -16,6 +16,7 @@ use sluice_kafka::producer::Acked;
 use sluice_kafka::{KafkaConfig, PipelinedProducer, ProduceError};
 use tokio::sync::mpsc;
 
+use crate::config::now_ms;
 use crate::generator::{Block, Chain, TxKind};
 
 /// How much of the chain to feed, and how.
@@ -70,10 +71,6 @@ impl FeedReport {
     pub fn transactions_per_sec(&self) -> f64 {
         self.transactions as f64 / (self.elapsed_ms.max(1) as f64 / 1000.0)
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Produces `chain`'s slots from its next slot on into Kafka until a limit

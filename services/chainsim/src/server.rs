@@ -24,6 +24,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tonic::{Request, Response, Status};
 
+use crate::config::now_ms;
 use crate::generator::Chain;
 use crate::history::{History, HistoryError};
 
@@ -64,10 +65,6 @@ struct Shared {
 #[derive(Debug, Clone)]
 pub struct ChainNode {
     shared: Arc<Shared>,
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 impl ChainNode {

@@ -64,21 +64,51 @@ pub enum Applied {
     Stale,
 }
 
+/// What one swap leaves its pool with: the observable post-swap state and
+/// the swap's sequence. Every store of pool state applies this one shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolUpdate {
+    pub seq: Seq,
+    pub reserve_a: u64,
+    pub reserve_b: u64,
+    /// Concentrated liquidity: sqrt price after the swap.
+    pub sqrt_price_x64: Option<u128>,
+    /// Order book: price of the last fill.
+    pub last_price_ticks: Option<u64>,
+}
+
+impl From<&SwapFact<'_>> for PoolUpdate {
+    fn from(swap: &SwapFact<'_>) -> Self {
+        Self {
+            seq: swap.seq,
+            reserve_a: swap.post_reserve_a,
+            reserve_b: swap.post_reserve_b,
+            sqrt_price_x64: swap.post_sqrt_price_x64,
+            last_price_ticks: swap.last_price_ticks,
+        }
+    }
+}
+
 impl PoolState {
     /// Applies `swap` unless it is not newer than the last swap applied.
     pub fn apply(&mut self, swap: &SwapFact) -> Applied {
-        if self.last_applied.is_some_and(|last| swap.seq <= last) {
+        self.apply_update(&PoolUpdate::from(swap))
+    }
+
+    /// Applies `update` unless it is not newer than the last swap applied.
+    pub fn apply_update(&mut self, update: &PoolUpdate) -> Applied {
+        if self.last_applied.is_some_and(|last| update.seq <= last) {
             return Applied::Stale;
         }
-        self.reserve_a = swap.post_reserve_a;
-        self.reserve_b = swap.post_reserve_b;
-        if let Some(sqrt) = swap.post_sqrt_price_x64 {
+        self.reserve_a = update.reserve_a;
+        self.reserve_b = update.reserve_b;
+        if let Some(sqrt) = update.sqrt_price_x64 {
             self.sqrt_price_x64 = sqrt;
         }
-        if let Some(ticks) = swap.last_price_ticks {
+        if let Some(ticks) = update.last_price_ticks {
             self.last_price_ticks = ticks;
         }
-        self.last_applied = Some(swap.seq);
+        self.last_applied = Some(update.seq);
         self.swaps_applied += 1;
         Applied::Changed
     }

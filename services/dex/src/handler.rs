@@ -6,7 +6,7 @@ use prost::Message;
 use sluice_core::cache::BatchEvictingCache;
 use sluice_core::chain::ChainTransaction;
 use sluice_core::dex::{Sequence, Swap, Venue};
-use sluice_core::pool::{PoolState, PriceParams};
+use sluice_core::pool::{PoolState, PoolUpdate, PriceParams};
 use sluice_core::prices::PriceBoard;
 use sluice_core::recognize::{SwapFact, recognize};
 use sluice_runtime::sink::{KafkaSink, RedisSink};
@@ -167,16 +167,7 @@ impl<O: Outputs> DexHandler<O> {
             notional_usd: self.notional(&a, &b, amount_a, amount_b),
             block_time_ms: fact.block_time_ms,
         };
-        let apply = Apply {
-            pool: fact.pool,
-            seq: fact.seq,
-            reserve_a: fact.post_reserve_a,
-            reserve_b: fact.post_reserve_b,
-            sqrt_price_x64: fact.post_sqrt_price_x64,
-            last_price_ticks: fact.last_price_ticks,
-            price,
-            venue: fact.venue as i32,
-        };
+        let apply = Apply { pool: fact.pool, update: PoolUpdate::from(fact), price, venue: fact.venue as i32 };
         let payload = swap.encode_to_vec();
         // Redis first, then Kafka: if Redis is down nothing is published, so
         // a retry after an outage writes no duplicate to dex.swaps. A replay

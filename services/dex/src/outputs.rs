@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use dashmap::DashMap;
-use sluice_core::pool::PoolState;
+use sluice_core::pool::{Applied, PoolState};
 use sluice_runtime::sink::{KafkaSink, RedisSink, SinkError};
 
 use crate::config::DexConfig;
@@ -107,20 +107,7 @@ impl Outputs for InMemory {
 
     async fn apply(&self, apply: &Apply<'_>) -> Result<bool, SinkError> {
         let mut state = self.pools.entry(apply.pool.to_string()).or_default();
-        if state.last_applied.is_some_and(|last| apply.seq <= last) {
-            return Ok(false);
-        }
-        state.reserve_a = apply.reserve_a;
-        state.reserve_b = apply.reserve_b;
-        if let Some(sqrt) = apply.sqrt_price_x64 {
-            state.sqrt_price_x64 = sqrt;
-        }
-        if let Some(ticks) = apply.last_price_ticks {
-            state.last_price_ticks = ticks;
-        }
-        state.last_applied = Some(apply.seq);
-        state.swaps_applied += 1;
-        Ok(true)
+        Ok(state.apply_update(&apply.update) == Applied::Changed)
     }
 
     async fn publish(&self, _pool: &str, payload: &[u8]) -> Result<(), SinkError> {

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use sluice_core::pool::{PoolState, Seq};
+use sluice_core::pool::{PoolState, PoolUpdate, Seq};
 
 /// The apply script. Returns 1 when applied, 0 when the swap was not newer.
 pub const APPLY_SCRIPT: &str = r#"
@@ -56,29 +56,26 @@ pub fn prices_channel(prefix: &str) -> String {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Apply<'a> {
     pub pool: &'a str,
-    pub seq: Seq,
-    pub reserve_a: u64,
-    pub reserve_b: u64,
-    pub sqrt_price_x64: Option<u128>,
-    pub last_price_ticks: Option<u64>,
+    pub update: PoolUpdate,
     pub price: f64,
     pub venue: i32,
 }
 
 /// The `EVALSHA` command applying `apply`.
 pub fn apply_command(sha: &str, prefix: &str, apply: &Apply<'_>, audit: bool) -> redis::Cmd {
+    let u = &apply.update;
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(sha)
         .arg(2)
         .arg(pool_key(prefix, apply.pool))
         .arg(audit_key(prefix, apply.pool))
-        .arg(apply.seq.slot)
-        .arg(apply.seq.tx_index)
-        .arg(apply.seq.ix_index)
-        .arg(apply.reserve_a)
-        .arg(apply.reserve_b)
-        .arg(apply.sqrt_price_x64.map(|v| v.to_string()).unwrap_or_default())
-        .arg(apply.last_price_ticks.map(|v| v.to_string()).unwrap_or_default())
+        .arg(u.seq.slot)
+        .arg(u.seq.tx_index)
+        .arg(u.seq.ix_index)
+        .arg(u.reserve_a)
+        .arg(u.reserve_b)
+        .arg(u.sqrt_price_x64.map(|v| v.to_string()).unwrap_or_default())
+        .arg(u.last_price_ticks.map(|v| v.to_string()).unwrap_or_default())
         .arg(format!("{:.12}", apply.price))
         .arg(apply.venue)
         .arg(prices_channel(prefix))
