@@ -24,6 +24,20 @@ pub fn proc_kib(path: &str, field: &str) -> Option<u64> {
     text.lines().find_map(|l| l.strip_prefix(field)).and_then(|r| r.split_whitespace().next()?.parse().ok())
 }
 
+/// CPU time (user + system) of a process: `self` or a pid, from /proc.
+pub fn cpu_time(pid: &str) -> std::time::Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+    // After the command name: state is field 3, utime 14, stime 15 (1-based).
+    let ticks: u64 = [11, 12].iter().filter_map(|&i| fields.get(i)?.parse::<u64>().ok()).sum();
+    std::time::Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
+}
+
+/// Peak resident memory of this process, MiB.
+pub fn peak_rss_mib() -> f64 {
+    proc_kib("/proc/self/status", "VmHWM:").unwrap_or(0) as f64 / 1024.0
+}
+
 /// The commit the benchmark was built from (`unknown` outside a git tree).
 pub fn git_commit() -> String {
     std::process::Command::new("git")

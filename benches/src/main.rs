@@ -8,8 +8,10 @@
 //!   benchmark fed by chainsim.
 //! - `contention`: experiment 2, locks before and after (see `contention`).
 //! - `barrier`: experiment 3, cohort barrier against the bounded pipeline.
-//! - `stress`: the stress harness (so far the in-process mode: the handling
-//!   path's ceiling with in-memory outputs).
+//! - `drain`: experiment 5, a backlog drained by 1, 2 and 4 instances.
+//! - `stress`: the stress harness: `--mode in-process` (the handling path's
+//!   ceiling with in-memory outputs), `kafka` and `full` (against the local
+//!   broker and Redis; see `broker`).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -22,10 +24,14 @@ use sluice_core::recognize::recognize;
 use sluice_core::route::record_keys;
 
 mod barrier;
+mod broker;
 mod contention;
+mod drain;
+mod live;
 mod machine;
 mod stats;
 mod stress;
+mod traffic;
 
 #[derive(Parser, Debug)]
 #[command(name = "sluice-bench", about = "Sluice benchmarks; results land in results/")]
@@ -57,20 +63,52 @@ enum Mode {
         #[arg(long)]
         max_p99_us: Option<u64>,
     },
-    /// The stress harness: the real DEX handling path, in-process (in-memory outputs).
+    /// The stress harness: the real DEX handling path, in-process (in-memory
+    /// outputs), or consuming from the local broker (`kafka`: swaps to Kafka,
+    /// state in memory; `full`: Redis and Kafka, the production outputs).
     Stress {
-        /// Run time, seconds.
+        #[arg(long, value_enum, default_value_t = StressMode::InProcess)]
+        mode: StressMode,
+        /// Run time, seconds (for kafka and full: the open-loop phase).
         #[arg(long, default_value_t = 65.0)]
         seconds: f64,
-        /// Workers (disjoint key sets, like partitions).
+        /// In-process: workers (disjoint key sets, like partitions).
         #[arg(long, default_value_t = 12)]
         workers: usize,
+        /// Kafka and full: partitions of the input topic.
+        #[arg(long, default_value_t = 12)]
+        partitions: usize,
+        /// Kafka and full: open-loop rate, records/s (default: 70% of the backlog drain rate).
+        #[arg(long)]
+        rate: Option<f64>,
         /// Distinct transactions generated, then replayed for the duration.
         #[arg(long, default_value_t = 100_000)]
         transactions: u64,
         /// Fail if p99 exceeds this, µs (CI smoke; catches gross regressions).
         #[arg(long)]
         max_p99_us: Option<u64>,
+    },
+    /// Experiment 5: a backlog drained by 1, 2 and 4 processor instances
+    /// (production handler on the local broker and Redis, plus simulated IO).
+    Drain {
+        /// Transactions in the backlog (about 1.2 records each).
+        #[arg(long, default_value_t = 20_000)]
+        transactions: u64,
+        /// Instance counts, one round each.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+        instances: Vec<usize>,
+        /// Simulated IO wait per record, ms.
+        #[arg(long, default_value_t = 5)]
+        io_ms: u64,
+        /// Handler concurrency per instance.
+        #[arg(long, default_value_t = 8)]
+        concurrency: usize,
+        /// Partitions (divisible by every instance count).
+        #[arg(long, default_value_t = 16)]
+        partitions: usize,
+        /// Fail unless the largest round reaches this speedup over one instance (CI smoke).
+        #[arg(long)]
+        min_speedup: Option<f64>,
     },
     /// Experiment 3: cohort barrier vs bounded pipeline under heavy-tailed IO.
     Barrier {
@@ -93,6 +131,13 @@ enum Mode {
         #[arg(long)]
         min_utilization: Option<f64>,
     },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum StressMode {
+    InProcess,
+    Kafka,
+    Full,
 }
 
 #[derive(Serialize, Debug)]
@@ -143,6 +188,14 @@ fn chain_mode(transactions: u64, seed: u64) -> Result<(serde_json::Value, ChainF
     Ok((serde_json::to_value(&config)?, figures))
 }
 
+/// Fails a CI smoke run whose p99 is above its loose bound.
+fn check_p99(p99_ns: u64, max_us: Option<u64>) -> Result<()> {
+    match max_us {
+        Some(max) if p99_ns > max * 1_000 => anyhow::bail!("p99 {p99_ns} ns above the smoke bound {max} µs"),
+        _ => Ok(()),
+    }
+}
+
 #[allow(clippy::print_stdout)]
 fn main() -> Result<()> {
     let cli = Cli::parse();
@@ -161,29 +214,23 @@ fn main() -> Result<()> {
             println!("  encoded    {:>12.0} bytes/tx", figures.encoded_bytes_per_tx);
             ("chain", config, serde_json::to_value(&figures)?)
         }
-        Mode::Stress { seconds, workers, transactions, max_p99_us } => {
+        Mode::Stress { mode: StressMode::InProcess, seconds, workers, transactions, max_p99_us, .. } => {
             let f = stress::in_process(std::time::Duration::from_secs_f64(seconds), workers.max(1), transactions);
-            println!(
-                "mode stress/in-process ({} workers, {:.1} s, {} distinct records replayed)",
-                f.workers, f.seconds, f.distinct_records
-            );
-            println!(
-                "  throughput  {:>12.0} records/s ({} records, {} swaps published)",
-                f.records_per_sec, f.records, f.swaps_published
-            );
-            let l = f.latency;
-            println!(
-                "  latency     p50 {} ns  p95 {} ns  p99 {} ns  p999 {} ns  max {} ns",
-                l.p50_ns, l.p95_ns, l.p99_ns, l.p999_ns, l.max_ns
-            );
-            println!("  cost        {:.2} CPU-µs/record, peak RSS {:.0} MiB", f.cpu_us_per_record, f.peak_rss_mib);
-            if let Some(max) = max_p99_us
-                && l.p99_ns > max * 1_000
-            {
-                anyhow::bail!("p99 {} ns above the smoke bound {max} µs", l.p99_ns);
-            }
+            stress::print(&f);
+            check_p99(f.latency.p99_ns, max_p99_us)?;
             let config = serde_json::json!({ "seconds": seconds, "workers": workers, "transactions": transactions });
             ("stress-in-process", config, serde_json::to_value(&f)?)
+        }
+        Mode::Stress { mode, seconds, transactions, rate, partitions, max_p99_us, .. } => {
+            let mode = if mode == StressMode::Full { broker::Mode::Full } else { broker::Mode::Kafka };
+            let options = broker::Options { mode, seconds, transactions, rate, partitions: partitions.max(1) };
+            let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            let f = tokio.block_on(broker::run(&options))?;
+            tokio.shutdown_timeout(std::time::Duration::from_secs(5));
+            broker::print(&f);
+            check_p99(f.open_loop.latency.p99_ns, max_p99_us)?;
+            let name = if mode == broker::Mode::Full { "stress-full" } else { "stress-kafka" };
+            (name, serde_json::to_value(&options)?, serde_json::to_value(&f)?)
         }
         Mode::Contention { seconds, max_p99_us } => {
             let comparisons = contention::run(std::time::Duration::from_secs_f64(seconds));
@@ -212,6 +259,27 @@ fn main() -> Result<()> {
                 anyhow::bail!("{} p99 {} ns above the smoke bound {max} µs", c.what, c.after.runs[1].latency.p99_ns);
             }
             ("contention", serde_json::json!({ "seconds_per_run": seconds }), serde_json::to_value(&comparisons)?)
+        }
+        Mode::Drain { transactions, instances, io_ms, concurrency, partitions, min_speedup } => {
+            if let Some(k) = instances.iter().find(|&&k| k == 0 || partitions % k != 0) {
+                anyhow::bail!("--partitions {partitions} must divide by every instance count (got {k})");
+            }
+            let options =
+                drain::Options { transactions, instances, io_ms, concurrency: concurrency.max(1), partitions };
+            let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            let rounds = tokio.block_on(drain::run(&options))?;
+            tokio.shutdown_timeout(std::time::Duration::from_secs(5));
+            drain::print(&options, &rounds);
+            if let (Some(min), Some(last)) = (min_speedup, rounds.last())
+                && last.speedup < min
+            {
+                anyhow::bail!(
+                    "{} instances drained {:.2}× one, below the smoke bound {min}",
+                    last.instances,
+                    last.speedup
+                );
+            }
+            ("drain", serde_json::to_value(&options)?, serde_json::to_value(&rounds)?)
         }
         Mode::Barrier { base_ms, slow_factor, slow_ppm, window_seconds, warmup_seconds, min_utilization } => {
             let io = barrier::Io { base_ms, slow_factor, slow_ppm };

@@ -3,8 +3,12 @@
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-/// p50…max of a histogram recorded in nanoseconds.
-#[derive(Debug, Clone, Copy, Serialize)]
+/// Quantiles kept for the distribution plots.
+const QUANTILES: [f64; 12] = [0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.995, 0.999, 0.9995, 0.9999, 1.0];
+
+/// p50…max of a histogram recorded in nanoseconds, and its distribution
+/// as (quantile, ns) pairs.
+#[derive(Debug, Clone, Serialize)]
 pub struct Latency {
     pub p50_ns: u64,
     pub p95_ns: u64,
@@ -12,6 +16,8 @@ pub struct Latency {
     pub p999_ns: u64,
     pub max_ns: u64,
     pub mean_ns: f64,
+    pub count: u64,
+    pub distribution: Vec<(f64, u64)>,
 }
 
 impl Latency {
@@ -23,6 +29,8 @@ impl Latency {
             p999_ns: h.value_at_quantile(0.999),
             max_ns: h.max(),
             mean_ns: h.mean(),
+            count: h.len(),
+            distribution: QUANTILES.iter().map(|&q| (q, h.value_at_quantile(q))).collect(),
         }
     }
 }

@@ -9,22 +9,19 @@
 //! every record's latency goes into a histogram (closed loop: no arrival
 //! schedule, so no coordinated omission to correct).
 
-use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use prost::Message;
 use serde::Serialize;
-use sluice_chainsim::{Chain, ChainConfig};
-use sluice_core::route::record_keys;
 use sluice_dex::outputs::InMemory;
 use sluice_dex::{DexConfig, DexHandler};
 use sluice_runtime::{Handler, Record};
 use sluice_service::env::EnvReader;
 
+use crate::machine;
 use crate::stats::{Latency, histogram};
+use crate::traffic::{Traffic, partition_of};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Figures {
@@ -40,56 +37,32 @@ pub struct Figures {
     pub swaps_published: u64,
 }
 
-/// CPU time of this process (user + system), from /proc.
-fn cpu_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-    // After the command name: state is field 3, utime 14, stime 15 (1-based).
-    let ticks: u64 = [11, 12].iter().filter_map(|&i| fields.get(i)?.parse::<u64>().ok()).sum();
-    Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
-}
-
-/// Peak resident memory of this process, MiB.
-fn peak_rss_mib() -> f64 {
-    crate::machine::proc_kib("/proc/self/status", "VmHWM:").unwrap_or(0) as f64 / 1024.0
-}
-
 /// `transactions` of chainsim traffic as Kafka records, split by key over `workers`.
-fn records(transactions: u64, workers: usize) -> (Chain, Vec<Vec<Record>>) {
-    let mut chain = Chain::new(ChainConfig { seed: 7, tx_per_sec: 10_000, ..ChainConfig::default() }).expect("valid");
-    let genesis = chain.clone();
+fn records(transactions: u64, workers: usize) -> (Traffic, Vec<Vec<Record>>) {
+    let traffic = Traffic::generate(transactions);
     let topic: Arc<str> = Arc::from("chain.transactions");
     let mut lanes: Vec<Vec<Record>> = vec![Vec::new(); workers];
-    let (mut produced, mut offset) = (0u64, 0i64);
-    while produced < transactions {
-        for g in chain.next_block().transactions {
-            produced += 1;
-            let payload = g.tx.encode_to_vec();
-            for key in record_keys(&g.tx) {
-                let mut h = std::collections::hash_map::DefaultHasher::new();
-                key.hash(&mut h);
-                let lane = (h.finish() % workers as u64) as usize;
-                lanes[lane].push(Record {
-                    topic: topic.clone(),
-                    partition: lane as i32,
-                    offset,
-                    key: Some(key.as_bytes().to_vec()),
-                    payload: Some(payload.clone()),
-                    timestamp_ms: Some(g.tx.block_time_ms),
-                });
-                offset += 1;
-            }
-        }
+    for offset in 0..traffic.records.len() {
+        let (key, payload) = traffic.record(offset);
+        let lane = partition_of(key, workers);
+        lanes[lane].push(Record {
+            topic: topic.clone(),
+            partition: lane as i32,
+            offset: offset as i64,
+            key: Some(key.as_bytes().to_vec()),
+            payload: Some(payload.to_vec()),
+            timestamp_ms: None,
+        });
     }
-    (genesis, lanes)
+    (traffic, lanes)
 }
 
 /// Runs the in-process mode for `duration` with `workers` lanes.
 pub fn in_process(duration: Duration, workers: usize, transactions: u64) -> Figures {
-    let (genesis, lanes) = records(transactions, workers);
+    let (traffic, lanes) = records(transactions, workers);
     let distinct = lanes.iter().map(Vec::len).sum();
-    let tokens: HashMap<String, String> =
-        genesis.tokens().iter().map(|t| (t.mint.clone(), sluice_dex::registry::encode(t))).collect();
+    let tokens = traffic.tokens();
+    drop(traffic);
     let config = DexConfig::read(&mut EnvReader::from_vars("X_", Vec::new()));
     let handler = Arc::new(
         DexHandler::with_outputs(config, InMemory::new(tokens), &prometheus::Registry::new()).expect("handler"),
@@ -98,7 +71,7 @@ pub fn in_process(duration: Duration, workers: usize, transactions: u64) -> Figu
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
     let done = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let cpu_before = cpu_time();
+    let cpu_before = machine::cpu_time("self");
     let started = Instant::now();
     let progress = {
         let (done, stop) = (done.clone(), stop.clone());
@@ -121,7 +94,7 @@ pub fn in_process(duration: Duration, workers: usize, transactions: u64) -> Figu
             eprintln!();
         })
     };
-    let histograms = runtime.block_on(async {
+    let (histograms, records, published) = runtime.block_on(async {
         let tasks: Vec<_> = lanes
             .into_iter()
             .map(|lane| {
@@ -129,36 +102,47 @@ pub fn in_process(duration: Duration, workers: usize, transactions: u64) -> Figu
                 tokio::spawn(async move {
                     let mut h = histogram();
                     let end = started + duration;
+                    // Counted locally, shared every 256 records: a shared
+                    // counter bumped per record would measure line bouncing.
+                    let (mut records, mut reported, mut published) = (0u64, 0u64, 0u64);
                     'outer: loop {
                         for (i, record) in lane.iter().enumerate() {
-                            if i % 256 == 0 && Instant::now() >= end {
-                                break 'outer;
+                            if i % 256 == 0 {
+                                done.fetch_add(records - reported, Ordering::Relaxed);
+                                reported = records;
+                                if Instant::now() >= end {
+                                    break 'outer;
+                                }
                             }
                             let t0 = Instant::now();
-                            let _ = handler.handle(record).await;
+                            // The swaps the runtime would enqueue on the producer.
+                            if let Ok(handled) = handler.handle(record).await {
+                                published += handled.publish.len() as u64;
+                            }
                             let _ = h.record((t0.elapsed().as_nanos() as u64).max(1));
-                            done.fetch_add(1, Ordering::Relaxed);
+                            records += 1;
                         }
                         // Replay: fresh pool states keep the applies real.
                         handler.outputs().reset_pools();
                     }
-                    h
+                    (h, records, published)
                 })
             })
             .collect();
-        let mut merged = histogram();
+        let (mut merged, mut records, mut published) = (histogram(), 0, 0);
         for t in tasks {
-            if let Ok(h) = t.await {
+            if let Ok((h, n, p)) = t.await {
                 let _ = merged.add(&h);
+                records += n;
+                published += p;
             }
         }
-        merged
+        (merged, records, published)
     });
     let seconds = started.elapsed().as_secs_f64();
-    let cpu = cpu_time().saturating_sub(cpu_before);
+    let cpu = machine::cpu_time("self").saturating_sub(cpu_before);
     stop.store(true, Ordering::Relaxed);
     let _ = progress.join();
-    let records = done.load(Ordering::Relaxed);
     Figures {
         mode: "in-process",
         workers,
@@ -168,7 +152,26 @@ pub fn in_process(duration: Duration, workers: usize, transactions: u64) -> Figu
         records_per_sec: records as f64 / seconds,
         latency: Latency::of(&histograms),
         cpu_us_per_record: cpu.as_secs_f64() * 1e6 / records.max(1) as f64,
-        peak_rss_mib: peak_rss_mib(),
-        swaps_published: handler.outputs().published().0,
+        peak_rss_mib: machine::peak_rss_mib(),
+        swaps_published: published,
     }
+}
+
+/// The run as a table on stdout.
+#[allow(clippy::print_stdout)]
+pub fn print(f: &Figures) {
+    println!(
+        "mode stress/in-process ({} workers, {:.1} s, {} distinct records replayed)",
+        f.workers, f.seconds, f.distinct_records
+    );
+    println!(
+        "  throughput  {:>12.0} records/s ({} records, {} swaps published)",
+        f.records_per_sec, f.records, f.swaps_published
+    );
+    let l = &f.latency;
+    println!(
+        "  latency     p50 {} ns  p95 {} ns  p99 {} ns  p999 {} ns  max {} ns",
+        l.p50_ns, l.p95_ns, l.p99_ns, l.p999_ns, l.max_ns
+    );
+    println!("  cost        {:.2} CPU-µs/record, peak RSS {:.0} MiB", f.cpu_us_per_record, f.peak_rss_mib);
 }

@@ -253,6 +253,7 @@ cmd_topics() {
 cmd_env() {
   log "export SLUICE_KAFKA_BROKERS=$BOOTSTRAP"
   log "export SLUICE_REDIS_URL=redis://127.0.0.1:$REDIS_PORT"
+  log "export SLUICE_STACK_DIR=$STACK_DIR"
 }
 
 [[ $# -eq 1 ]] || usage

@@ -139,8 +139,8 @@ mod tests {
     #[test]
     fn validation_names_the_field() {
         let bad = ChainConfig { burst_slots: 200, ..ChainConfig::default() };
-        assert!(bad.validate().unwrap_err().contains("burst_slots"));
-        assert!(fraction_to_ppm("malformed", 1.5).unwrap_err().contains("malformed"));
+        assert!(bad.validate().expect_err("invalid").contains("burst_slots"));
+        assert!(fraction_to_ppm("malformed", 1.5).expect_err("out of range").contains("malformed"));
         assert_eq!(fraction_to_ppm("x", 0.01), Ok(10_000));
         assert!(ChainConfig::default().validate().is_ok());
     }

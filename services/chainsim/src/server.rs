@@ -151,7 +151,7 @@ async fn run_head(shared: Arc<Shared>, mut chain: Chain) {
         };
         chain = next;
         shared.history.write().unwrap_or_else(|e| e.into_inner()).record(&block, &chain);
-        if chain.next_slot() % CHECKPOINT_EVERY == 0 {
+        if chain.next_slot().is_multiple_of(CHECKPOINT_EVERY) {
             shared.checkpoints.write().unwrap_or_else(|e| e.into_inner()).push(chain.clone());
         }
         shared.head.send_replace(Some(block.slot));

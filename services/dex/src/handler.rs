@@ -9,8 +9,8 @@ use sluice_core::dex::{Sequence, Swap, Venue};
 use sluice_core::pool::{PoolState, PoolUpdate, PriceParams};
 use sluice_core::prices::PriceBoard;
 use sluice_core::recognize::{SwapFact, recognize};
-use sluice_runtime::sink::{KafkaSink, RedisSink};
-use sluice_runtime::{HandleError, Handled, Handler, Record};
+use sluice_runtime::sink::RedisSink;
+use sluice_runtime::{HandleError, Handled, Handler, Publish, Record};
 
 use crate::config::DexConfig;
 use crate::metrics::DexMetrics;
@@ -18,11 +18,12 @@ use crate::outputs::{Live, Outputs};
 use crate::registry::{self, TokenInfo};
 use crate::state::{self, Apply};
 
-/// Recognises swaps, applies pool state, publishes `Swap`s to `O`
-/// (Redis and Kafka in production).
+/// Recognises swaps, applies pool state to `O` (Redis in production) and
+/// hands the runtime the `Swap`s to publish.
 #[derive(Debug)]
 pub struct DexHandler<O: Outputs = Live> {
     config: DexConfig,
+    swaps_topic: Arc<str>,
     outputs: O,
     tokens: Arc<BatchEvictingCache<String, TokenInfo>>,
     board: PriceBoard,
@@ -51,13 +52,12 @@ impl DexHandler<Live> {
     /// Builds the handler on the runtime's sinks and follows token invalidations.
     pub fn new(
         config: DexConfig,
-        kafka: KafkaSink,
         redis: RedisSink,
         redis_url: &str,
         registry: &prometheus::Registry,
     ) -> Result<Self, String> {
         let client = redis::Client::open(redis_url).map_err(|e| format!("redis url: {e}"))?;
-        let outputs = Live::new(&config, kafka, redis);
+        let outputs = Live::new(&config, redis);
         let mut handler = DexHandler::with_outputs(config, outputs, registry)?;
         handler.invalidations = Some(tokio::spawn(registry::follow_invalidations(
             client,
@@ -74,6 +74,7 @@ impl<O: Outputs> DexHandler<O> {
         let metrics = DexMetrics::register(registry).map_err(|e| format!("metrics: {e}"))?;
         Ok(Self {
             board: PriceBoard::new(config.reference_tokens.iter().cloned()),
+            swaps_topic: Arc::from(config.swaps_topic.as_str()),
             tokens: Arc::new(BatchEvictingCache::new(config.token_cache_capacity)),
             config,
             outputs,
@@ -126,7 +127,8 @@ impl<O: Outputs> DexHandler<O> {
         }
     }
 
-    async fn handle_swap(&self, fact: &SwapFact<'_>) -> Result<(), HandleError> {
+    /// Applies one swap; returns the `Swap` record to publish.
+    async fn handle_swap(&self, fact: &SwapFact<'_>) -> Result<Publish, HandleError> {
         let a = self.token(fact.mint_a).await?;
         let b = self.token(fact.mint_b).await?;
         let (in_info, out_info) = if fact.a_to_b { (&a, &b) } else { (&b, &a) };
@@ -169,11 +171,12 @@ impl<O: Outputs> DexHandler<O> {
         };
         let apply = Apply { pool: fact.pool, update: PoolUpdate::from(fact), price, venue: fact.venue as i32 };
         let payload = swap.encode_to_vec();
-        // Redis first, then Kafka: if Redis is down nothing is published, so
-        // a retry after an outage writes no duplicate to dex.swaps. A replay
-        // finds the state already applied (0) and publishes the swap again:
-        // dex.swaps is at-least-once (each Swap carries its sequence, for
-        // consumers that deduplicate); the pool state is exactly-once.
+        // Redis first, then Kafka (the runtime publishes after `handle`
+        // returns): if Redis is down nothing is published, so a retry after
+        // an outage writes no duplicate to dex.swaps. A replay finds the
+        // state already applied (0) and publishes the swap again: dex.swaps
+        // is at-least-once (each Swap carries its sequence, for consumers
+        // that deduplicate); the pool state is exactly-once.
         let applied = self.outputs.apply(&apply).await.map_err(|e| HandleError::transient("redis", e))?;
         if !applied {
             self.metrics.stale_swaps.inc();
@@ -182,9 +185,8 @@ impl<O: Outputs> DexHandler<O> {
             // the board: a replayed old swap must not set a stale price.
             self.board.store(a.symbol.as_str(), price);
         }
-        self.outputs.publish(fact.pool, &payload).await.map_err(|e| HandleError::transient("kafka", e))?;
         self.metrics.swap_counter(fact.venue).inc();
-        Ok(())
+        Ok(Publish { topic: self.swaps_topic.clone(), key: fact.pool.as_bytes().to_vec(), payload })
     }
 }
 
@@ -202,14 +204,15 @@ impl<O: Outputs> Handler for DexHandler<O> {
             self.metrics.unknown_venue.inc_by(u64::from(recognised.unknown_venue));
         }
         // In order: a record's swaps on its pool are a sequence.
+        let mut publish = Vec::with_capacity(recognised.swaps.len());
         for fact in &recognised.swaps {
-            self.handle_swap(fact).await?;
+            publish.push(self.handle_swap(fact).await?);
         }
         let outcome = match (recognised.swaps.is_empty(), recognised.unknown_venue > 0) {
             (false, _) => "ok",
             (true, true) => "unknown_venue",
             (true, false) => "no_swap",
         };
-        Ok(Handled { outcome, event_time_ms: Some(tx.block_time_ms) })
+        Ok(Handled { outcome, event_time_ms: Some(tx.block_time_ms), publish })
     }
 }

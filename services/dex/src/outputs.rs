@@ -1,48 +1,42 @@
-//! Where the DEX handler's effects go. Production writes Redis and Kafka
-//! ([`Live`]); benchmarks keep them in memory ([`InMemory`]) to measure the
-//! handling path's ceiling with the very same handler code.
+//! Where the DEX handler's state goes. Production reads the registry from
+//! and applies pool state to Redis ([`Live`]); benchmarks keep them in
+//! memory ([`InMemory`]) to measure the handling path's ceiling with the
+//! very same handler code. (Swaps are published by the runtime, from what
+//! the handler returns.)
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use dashmap::DashMap;
 use sluice_core::pool::{Applied, PoolState};
-use sluice_runtime::sink::{KafkaSink, RedisSink, SinkError};
+use sluice_runtime::sink::{RedisSink, SinkError};
 
 use crate::config::DexConfig;
 use crate::registry;
 use crate::state::{self, Apply};
 
-/// The handler's three effects. Each awaits its acknowledgement.
+/// The handler's reads and writes besides publishing. Each awaits its reply.
 pub trait Outputs: Send + Sync + 'static {
     /// The registry value of `mint` (`<decimals>:<symbol>`), if registered.
     fn token(&self, mint: &str) -> impl Future<Output = Result<Option<String>, SinkError>> + Send;
     /// Applies a swap to its pool: `true` when applied, `false` when the
     /// pool had already applied a swap at or above its sequence.
     fn apply(&self, apply: &Apply<'_>) -> impl Future<Output = Result<bool, SinkError>> + Send;
-    /// Publishes an encoded `Swap`, keyed by its pool.
-    fn publish(&self, pool: &str, payload: &[u8]) -> impl Future<Output = Result<(), SinkError>> + Send;
 }
 
-/// Production: the registry and pool state in Redis (the apply script),
-/// swaps to Kafka.
+/// Production: the registry and pool state in Redis (the apply script).
 #[derive(Debug, Clone)]
 pub struct Live {
-    kafka: KafkaSink,
     redis: RedisSink,
     prefix: String,
-    swaps_topic: String,
     apply_sha: String,
     audit: bool,
 }
 
 impl Live {
-    pub fn new(config: &DexConfig, kafka: KafkaSink, redis: RedisSink) -> Self {
+    pub fn new(config: &DexConfig, redis: RedisSink) -> Self {
         Self {
-            kafka,
             redis,
             prefix: config.redis_prefix.clone(),
-            swaps_topic: config.swaps_topic.clone(),
             apply_sha: state::script_sha(state::APPLY_SCRIPT),
             audit: config.audit_applied,
         }
@@ -62,10 +56,6 @@ impl Outputs for Live {
         let applied = self.redis.exec(command).await?;
         Ok(redis::from_redis_value::<i64>(applied).ok() != Some(0))
     }
-
-    async fn publish(&self, pool: &str, payload: &[u8]) -> Result<(), SinkError> {
-        self.kafka.send(&self.swaps_topic, pool.as_bytes(), payload, None).await.map(|_| ())
-    }
 }
 
 /// Everything in memory, with the same semantics (the apply ignores a swap
@@ -74,19 +64,12 @@ impl Outputs for Live {
 pub struct InMemory {
     tokens: HashMap<String, String>,
     pools: DashMap<String, PoolState>,
-    published: AtomicU64,
-    published_bytes: AtomicU64,
 }
 
 impl InMemory {
     /// With `tokens` as the registry (mint → `<decimals>:<symbol>`).
     pub fn new(tokens: HashMap<String, String>) -> Self {
         Self { tokens, ..Self::default() }
-    }
-
-    /// Swaps published so far, and their bytes.
-    pub fn published(&self) -> (u64, u64) {
-        (self.published.load(Ordering::Relaxed), self.published_bytes.load(Ordering::Relaxed))
     }
 
     /// A pool's state.
@@ -108,11 +91,5 @@ impl Outputs for InMemory {
     async fn apply(&self, apply: &Apply<'_>) -> Result<bool, SinkError> {
         let mut state = self.pools.entry(apply.pool.to_string()).or_default();
         Ok(state.apply_update(&apply.update) == Applied::Changed)
-    }
-
-    async fn publish(&self, _pool: &str, payload: &[u8]) -> Result<(), SinkError> {
-        self.published.fetch_add(1, Ordering::Relaxed);
-        self.published_bytes.fetch_add(payload.len() as u64, Ordering::Relaxed);
-        Ok(())
     }
 }

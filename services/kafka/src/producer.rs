@@ -70,11 +70,24 @@ impl<T> PipelinedProducer<T> {
         self.in_flight.len()
     }
 
-    /// Enqueues a record. Returns the acknowledgements this call had to wait
-    /// for (oldest first) to make room; usually none.
+    /// Enqueues a record, partitioned by its key. Returns the
+    /// acknowledgements this call had to wait for (oldest first) to make
+    /// room; usually none.
     pub async fn send(
         &mut self,
         topic: &str,
+        key: &[u8],
+        payload: &[u8],
+        tag: T,
+    ) -> Result<Vec<Acked<T>>, ProduceError> {
+        self.send_to(topic, None, key, payload, tag).await
+    }
+
+    /// [`send`](Self::send) to a chosen partition (`None`: by key).
+    pub async fn send_to(
+        &mut self,
+        topic: &str,
+        partition: Option<i32>,
         key: &[u8],
         payload: &[u8],
         tag: T,
@@ -84,7 +97,8 @@ impl<T> PipelinedProducer<T> {
             acked.push(self.await_oldest().await?);
         }
         loop {
-            let record = FutureRecord::to(topic).key(key).payload(payload);
+            let mut record = FutureRecord::to(topic).key(key).payload(payload);
+            record.partition = partition;
             match self.producer.send_result(record) {
                 Ok(future) => {
                     self.in_flight.push_back((topic.to_string(), tag, future));

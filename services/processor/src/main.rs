@@ -29,14 +29,9 @@ fn main() -> anyhow::Result<()> {
     let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
     let result = tokio.block_on(async move {
         let runtime = Runtime::new(runtime_config, sluice_dex::handler::scripts()).context("starting sinks")?;
-        let handler = DexHandler::new(
-            dex_config,
-            runtime.kafka(),
-            runtime.redis(),
-            &runtime.config().redis_url,
-            &runtime.metrics().registry,
-        )
-        .map_err(anyhow::Error::msg)?;
+        let handler =
+            DexHandler::new(dex_config, runtime.redis(), &runtime.config().redis_url, &runtime.metrics().registry)
+                .map_err(anyhow::Error::msg)?;
         runtime.run(handler, signal::shutdown(), |_| {}).await.context("processor")
     });
     // Tasks still retrying past the deadline must not hold the process.

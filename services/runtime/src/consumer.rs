@@ -250,8 +250,9 @@ impl<H: Handler> Ctx<H> {
     }
 }
 
-/// The consumer's librdkafka configuration.
-pub(crate) fn client_config(config: &RuntimeConfig) -> ClientConfig {
+/// The consumer's librdkafka configuration (public so a benchmark's bare
+/// consumer runs with exactly the same settings).
+pub fn client_config(config: &RuntimeConfig) -> ClientConfig {
     let mut c = config.kafka.client();
     c.set("group.id", &config.group_id)
         // The consumer thread commits the tracked positions itself, every
@@ -345,7 +346,7 @@ fn poll_loop<H: Handler>(
         if last_commit.elapsed() >= commit_interval {
             last_commit = Instant::now();
             commits += 1;
-            commit_pending(&consumer, commits % 10 == 0);
+            commit_pending(&consumer, commits.is_multiple_of(10));
         }
         match consumer.poll(Duration::from_millis(50)) {
             Some(Ok(m)) => {

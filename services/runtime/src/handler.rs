@@ -21,6 +21,14 @@ impl Record {
     }
 }
 
+/// A record a handler asks the runtime to publish to Kafka.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Publish {
+    pub topic: Arc<str>,
+    pub key: Vec<u8>,
+    pub payload: Vec<u8>,
+}
+
 /// What a handler did with a record that needs no retry.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Handled {
@@ -28,11 +36,17 @@ pub struct Handled {
     pub outcome: &'static str,
     /// When the record's event happened (Unix ms), for end-to-end latency.
     pub event_time_ms: Option<i64>,
+    /// Records to publish, in order. The runtime enqueues them on the shared
+    /// producer, then lets the next record of the same key start, and
+    /// completes this record's offset once all of them are acknowledged (a
+    /// failed delivery is sent again): a key's outputs keep their order
+    /// without each record waiting a Kafka round trip before the next.
+    pub publish: Vec<Publish>,
 }
 
 impl Handled {
     pub fn ok(event_time_ms: Option<i64>) -> Self {
-        Self { outcome: "ok", event_time_ms }
+        Self { outcome: "ok", event_time_ms, publish: Vec::new() }
     }
 }
 
@@ -62,8 +76,10 @@ impl HandleError {
 /// A workload. The runtime calls [`Handler::handle`] once per record (again
 /// after a transient failure), never concurrently for two records of the
 /// same key, and completes the record's offset only once `handle` returned
-/// `Ok` or the dead letter was acknowledged. So `handle` must await every
-/// output it causes before returning, and its effects must be idempotent.
+/// `Ok` and its [`Handled::publish`] records were acknowledged, or the dead
+/// letter was. So `handle` must await every other output it causes before
+/// returning (it happens before the publishes), and its effects must be
+/// idempotent.
 pub trait Handler: Send + Sync + 'static {
     fn handle(&self, record: &Record) -> impl Future<Output = Result<Handled, HandleError>> + Send;
 

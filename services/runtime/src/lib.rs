@@ -33,5 +33,5 @@ pub mod sink;
 pub mod task;
 
 pub use config::RuntimeConfig;
-pub use handler::{HandleError, Handled, Handler, Record};
+pub use handler::{HandleError, Handled, Handler, Publish, Record};
 pub use run::{Runtime, RuntimeHandle};

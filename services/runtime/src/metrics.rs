@@ -24,6 +24,8 @@ pub struct RuntimeMetrics {
     pub sink_seconds: HistogramVec,
     pub sink_batch_size: HistogramVec,
     pub sink_round_trips: IntCounterVec,
+    pub produce_requests: IntCounter,
+    pub produced_records: IntCounter,
     pub dead_letters: IntCounterVec,
     pub retries: IntCounterVec,
     pub stalled: IntGauge,
@@ -110,6 +112,14 @@ impl RuntimeMetrics {
             sink_round_trips: reg!(IntCounterVec::new(
                 Opts::new(name("sink_round_trips_total"), "Sink round trips, by sink"),
                 &["sink"]
+            )),
+            produce_requests: reg!(IntCounter::new(
+                name("produce_requests_total"),
+                "Produce requests the shared producer sent (librdkafka statistics, every 5 s)"
+            )),
+            produced_records: reg!(IntCounter::new(
+                name("produced_records_total"),
+                "Records those produce requests carried; ÷ produce_requests_total is the batching"
             )),
             dead_letters: reg!(IntCounterVec::new(
                 Opts::new(name("dead_letters_total"), "Records written to the dead-letter topic, by error kind"),

@@ -25,7 +25,10 @@ use crate::task::{self, TaskShared};
 pub(crate) enum ActorMsg {
     /// A record fetched for this partition.
     Record(Record),
-    /// A record finished (handled, or dead-lettered and acknowledged).
+    /// A record's outputs are enqueued: the next record of `key` may start.
+    Released { key: Vec<u8> },
+    /// A record finished (handled, or dead-lettered, and acknowledged);
+    /// `key` is its lane if not released before.
     Done { offset: i64, key: Option<Vec<u8>>, size: usize },
     /// A record passed the retry cap; it keeps retrying.
     Stalled,
@@ -33,10 +36,13 @@ pub(crate) enum ActorMsg {
     Unstalled,
     /// Revoked: finish what can finish by `deadline`, then reply with the
     /// position to commit.
-    Drain { deadline: Instant, reply: std::sync::mpsc::SyncSender<(i32, Option<i64>)> },
+    Drain { deadline: Instant, reply: DrainReply },
     /// Lost (another member may own it): stop at once, commit nothing.
     Lost,
 }
+
+/// Where a draining actor sends its partition's last safe position.
+type DrainReply = std::sync::mpsc::SyncSender<(i32, Option<i64>)>;
 
 /// Completed-but-uncommitted records a partition may hold behind its
 /// lowest unfinished one, as a multiple of the in-flight budget.
@@ -110,7 +116,8 @@ impl<H: Handler> PartitionActor<H> {
 
     async fn run(mut self) {
         let label = self.partition.to_string();
-        let mut draining: Option<(Instant, std::sync::mpsc::SyncSender<(i32, Option<i64>)>)> = None;
+        let in_flight = self.shared.metrics.in_flight.with_label_values(&[&label]);
+        let mut draining: Option<(Instant, DrainReply)> = None;
         loop {
             let msg = match &draining {
                 Some((deadline, _)) => {
@@ -127,6 +134,7 @@ impl<H: Handler> PartitionActor<H> {
             match msg {
                 None => break,
                 Some(ActorMsg::Record(record)) => self.on_record(record),
+                Some(ActorMsg::Released { key }) => self.advance_lane(key),
                 Some(ActorMsg::Done { offset, key, size }) => self.on_done(offset, key, size),
                 Some(ActorMsg::Stalled) => {
                     self.stalled += 1;
@@ -143,7 +151,7 @@ impl<H: Handler> PartitionActor<H> {
                     return;
                 }
             }
-            self.shared.metrics.in_flight.with_label_values(&[&label]).set(self.tracker.incomplete() as i64);
+            in_flight.set(self.tracker.incomplete() as i64);
         }
         // Revoked (or the runtime is stopping): stop every task of this epoch
         // and hand the last safe position to the consumer thread.
@@ -201,18 +209,22 @@ impl<H: Handler> PartitionActor<H> {
         self.bytes = self.bytes.saturating_sub(size);
         self.running.remove(&offset);
         if let Some(key) = key {
-            let next = self.lanes.get_mut(&key).and_then(VecDeque::pop_front);
-            match next {
-                Some(record) => self.start(record),
-                None => {
-                    self.lanes.remove(&key);
-                }
-            }
+            self.advance_lane(key);
         }
         if let Some(offset) = self.tracker.take_commit() {
             let _ = self.commands.send(Command::Store { partition: self.partition, epoch: self.epoch, offset });
         }
         self.maybe_resume();
+    }
+
+    /// The running record of `key` is through: start the key's next one.
+    fn advance_lane(&mut self, key: Vec<u8>) {
+        match self.lanes.get_mut(&key).and_then(VecDeque::pop_front) {
+            Some(record) => self.start(record),
+            None => {
+                self.lanes.remove(&key);
+            }
+        }
     }
 
     fn start(&mut self, record: Record) {

@@ -3,12 +3,13 @@
 //! write: a failure comes back as an error for the caller to retry.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
+use rdkafka::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::OwnedHeaders;
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, RedisResult, Value};
@@ -32,9 +33,14 @@ pub enum SinkError {
 /// queue is full, a sender waits for the next acknowledgement to make room.
 #[derive(Clone)]
 pub struct KafkaSink {
-    producer: FutureProducer,
-    room: Arc<Notify>,
-    metrics: RuntimeMetrics,
+    inner: Arc<KafkaInner>,
+}
+
+struct KafkaInner {
+    producer: FutureProducer<ProducerStats>,
+    room: Notify,
+    /// `sink_duration_seconds{sink="kafka"}`, resolved once.
+    seconds: prometheus::Histogram,
 }
 
 impl std::fmt::Debug for KafkaSink {
@@ -49,10 +55,15 @@ impl KafkaSink {
         // A delivery that cannot complete within 30 s comes back as an error
         // and is retried by the record's task; the record is never skipped.
         client.set("message.timeout.ms", "30000");
+        // Statistics feed the batching figures (records per produce request).
+        client.set("statistics.interval.ms", "5000");
         for (k, v) in &config.properties {
             client.set(k, v);
         }
-        Ok(Self { producer: client.create()?, room: Arc::new(Notify::new()), metrics })
+        let seconds = metrics.sink_seconds.with_label_values(&["kafka"]);
+        let context = ProducerStats { metrics, requests: AtomicI64::new(0), records: AtomicI64::new(0) };
+        let producer = client.create_with_context(context)?;
+        Ok(Self { inner: Arc::new(KafkaInner { producer, room: Notify::new(), seconds }) })
     }
 
     /// Sends one record and waits for Kafka's acknowledgement.
@@ -63,35 +74,86 @@ impl KafkaSink {
         payload: &[u8],
         headers: Option<OwnedHeaders>,
     ) -> Result<(i32, i64), SinkError> {
+        self.enqueue(topic, key, payload, headers).await?.acknowledged().await
+    }
+
+    /// Enqueues one record (waiting only while librdkafka's queue is full)
+    /// and returns its pending acknowledgement. Records enqueued one after
+    /// the other to the same partition keep their order.
+    pub async fn enqueue(
+        &self,
+        topic: &str,
+        key: &[u8],
+        payload: &[u8],
+        headers: Option<OwnedHeaders>,
+    ) -> Result<Delivery, SinkError> {
         let started = Instant::now();
         let future = loop {
             let mut record = FutureRecord::to(topic).key(key).payload(payload);
             if let Some(h) = &headers {
                 record = record.headers(h.clone());
             }
-            match self.producer.send_result(record) {
+            match self.inner.producer.send_result(record) {
                 Ok(future) => break future,
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
                     // Wait for an acknowledgement to free room (or a short
                     // while, in case the freeing happened just before).
-                    let _ = tokio::time::timeout(Duration::from_millis(20), self.room.notified()).await;
+                    let _ = tokio::time::timeout(Duration::from_millis(20), self.inner.room.notified()).await;
                 }
                 Err((e, _)) => return Err(SinkError::Kafka(e.to_string())),
             }
         };
-        let result = future.await;
-        self.room.notify_waiters();
-        self.metrics.sink_seconds.with_label_values(&["kafka"]).observe(started.elapsed().as_secs_f64());
+        Ok(Delivery { future, started, sink: self.inner.clone() })
+    }
+
+    /// Waits (bounded) until everything enqueued is acknowledged.
+    pub fn flush(&self, timeout: Duration) -> Result<(), SinkError> {
+        self.inner.producer.flush(Timeout::After(timeout)).map_err(|e| SinkError::Kafka(e.to_string()))
+    }
+}
+
+/// A record enqueued on the shared producer, not yet acknowledged.
+#[must_use = "a delivery is only known to have landed once acknowledged"]
+pub struct Delivery {
+    future: DeliveryFuture,
+    started: Instant,
+    sink: Arc<KafkaInner>,
+}
+
+impl std::fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Delivery").field("started", &self.started).finish_non_exhaustive()
+    }
+}
+
+impl Delivery {
+    /// Waits for Kafka's acknowledgement: where the record landed.
+    pub async fn acknowledged(self) -> Result<(i32, i64), SinkError> {
+        let result = self.future.await;
+        self.sink.room.notify_waiters();
+        self.sink.seconds.observe(self.started.elapsed().as_secs_f64());
         match result {
             Ok(Ok(delivery)) => Ok((delivery.partition, delivery.offset)),
             Ok(Err((e, _))) => Err(SinkError::Kafka(e.to_string())),
             Err(_) => Err(SinkError::Kafka("producer shut down before the delivery report".into())),
         }
     }
+}
 
-    /// Waits (bounded) until everything enqueued is acknowledged.
-    pub fn flush(&self, timeout: Duration) -> Result<(), SinkError> {
-        self.producer.flush(Timeout::After(timeout)).map_err(|e| SinkError::Kafka(e.to_string()))
+/// The producer's context: turns librdkafka's cumulative statistics into
+/// counters of produce requests and of the records they carried.
+struct ProducerStats {
+    metrics: RuntimeMetrics,
+    requests: AtomicI64,
+    records: AtomicI64,
+}
+
+impl ClientContext for ProducerStats {
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        let requests: i64 = statistics.brokers.values().filter_map(|b| b.req.get("Produce")).sum();
+        let advance = |seen: &AtomicI64, now: i64| (now - seen.swap(now, Ordering::Relaxed)).max(0) as u64;
+        self.metrics.produce_requests.inc_by(advance(&self.requests, requests));
+        self.metrics.produced_records.inc_by(advance(&self.records, statistics.txmsgs));
     }
 }
 

@@ -11,9 +11,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use futures_util::FutureExt;
 use rdkafka::message::{Header, OwnedHeaders};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
-use crate::handler::{HandleError, Handled, Handler, Record};
+use crate::handler::{HandleError, Handled, Handler, Publish, Record};
 use crate::metrics::RuntimeMetrics;
 use crate::partition::ActorMsg;
 use crate::retry::{RetryPolicy, jitter};
@@ -78,16 +78,63 @@ fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
+/// Failed attempts of one record, and whether it passed the retry cap.
+struct Attempts<'a, H> {
+    shared: &'a TaskShared<H>,
+    actor: &'a mpsc::UnboundedSender<ActorMsg>,
+    count: u32,
+    stalled: bool,
+}
+
+impl<'a, H> Attempts<'a, H> {
+    fn new(shared: &'a TaskShared<H>, actor: &'a mpsc::UnboundedSender<ActorMsg>) -> Self {
+        Self { shared, actor, count: 0, stalled: false }
+    }
+
+    /// Counts a failure; past the cap the partition pauses and the service
+    /// reports not ready (the record keeps retrying). Then backs off.
+    async fn failed(&mut self, record: &Record, dependency: &'static str, error: &(dyn std::fmt::Display + Sync)) {
+        self.count += 1;
+        let shared = self.shared;
+        shared.metrics.retries.with_label_values(&[dependency]).inc();
+        if self.count == shared.retry.attempts_before_stall && !self.stalled {
+            self.stalled = true;
+            shared.health.stalled.fetch_add(1, Ordering::Relaxed);
+            shared.metrics.stalled.inc();
+            let _ = self.actor.send(ActorMsg::Stalled);
+            tracing::error!(
+                partition = record.partition,
+                offset = record.offset,
+                attempts = self.count,
+                %error,
+                "Record keeps failing; pausing its partition and reporting not ready (it keeps retrying)"
+            );
+        } else {
+            tracing::debug!(partition = record.partition, offset = record.offset, attempt = self.count, %error, "Retrying record");
+        }
+        tokio::time::sleep(shared.retry.delay(self.count, jitter())).await;
+    }
+
+    /// The record got through (or was dropped): undo its stall, if any.
+    fn finish(self) {
+        if self.stalled {
+            self.shared.health.stalled.fetch_sub(1, Ordering::Relaxed);
+            self.shared.metrics.stalled.dec();
+            let _ = self.actor.send(ActorMsg::Unstalled);
+        }
+    }
+}
+
 /// Runs `record` to completion and reports it to its partition actor.
 pub(crate) async fn run<H: Handler>(
     shared: Arc<TaskShared<H>>,
-    record: Record,
+    mut record: Record,
     actor: mpsc::UnboundedSender<ActorMsg>,
     revoked: Arc<AtomicBool>,
 ) {
-    let Ok(_permit) = shared.permits.clone().acquire_owned().await else { return };
+    let Ok(permit) = shared.permits.clone().acquire_owned().await else { return };
     let started = Instant::now();
-    let (mut attempt, mut stalled) = (0u32, false);
+    let mut attempts = Attempts::new(&shared, &actor);
     let handled = loop {
         if revoked.load(Ordering::Acquire) {
             // The partition moved on; its new owner processes the record again.
@@ -109,50 +156,81 @@ pub(crate) async fn run<H: Handler>(
             Ok(handled) => Ok(handled),
             Err(HandleError::Invalid { kind, message }) => dead_letter(&shared, &record, kind, &message)
                 .await
-                .map(|()| Handled { outcome: "dead_lettered", event_time_ms: None }),
+                .map(|()| Handled { outcome: "dead_lettered", event_time_ms: None, publish: Vec::new() }),
             Err(e) => Err(e),
         };
         match result {
             Ok(handled) => break Some(handled),
             Err(e) => {
-                attempt += 1;
                 let dependency = match &e {
                     HandleError::Transient { dependency, .. } => *dependency,
                     HandleError::Invalid { .. } => "handler",
                 };
-                shared.metrics.retries.with_label_values(&[dependency]).inc();
-                if attempt == shared.retry.attempts_before_stall && !stalled {
-                    stalled = true;
-                    shared.health.stalled.fetch_add(1, Ordering::Relaxed);
-                    shared.metrics.stalled.inc();
-                    let _ = actor.send(ActorMsg::Stalled);
-                    tracing::error!(
-                        partition = record.partition,
-                        offset = record.offset,
-                        attempts = attempt,
-                        error = %e,
-                        "Record keeps failing; pausing its partition and reporting not ready (it keeps retrying)"
-                    );
-                } else {
-                    tracing::debug!(partition = record.partition, offset = record.offset, attempt, error = %e, "Retrying record");
-                }
-                tokio::time::sleep(shared.retry.delay(attempt, jitter())).await;
+                attempts.failed(&record, dependency, &e).await;
             }
         }
     };
-    if stalled {
-        shared.health.stalled.fetch_sub(1, Ordering::Relaxed);
-        shared.metrics.stalled.dec();
-        let _ = actor.send(ActorMsg::Unstalled);
-    }
-    let Some(handled) = handled else { return };
+    let Some(mut handled) = handled else { return attempts.finish() };
     let size = record.size();
+    let mut lane_key = record.key.take();
+    let outputs = std::mem::take(&mut handled.publish);
+    if !outputs.is_empty() && !publish(&mut attempts, &record, &outputs, &mut lane_key, permit, &revoked).await {
+        shared.metrics.dropped_completions.inc();
+        return attempts.finish();
+    }
+    attempts.finish();
     shared.metrics.messages.with_label_values(&[handled.outcome]).inc();
     shared.metrics.handle_seconds.observe(started.elapsed().as_secs_f64());
     if let Some(event_ms) = handled.event_time_ms {
         shared.metrics.end_to_end_seconds.observe(now_ms().saturating_sub(event_ms).max(0) as f64 / 1000.0);
     }
-    if actor.send(ActorMsg::Done { offset: record.offset, key: record.key, size }).is_err() {
+    if actor.send(ActorMsg::Done { offset: record.offset, key: lane_key, size }).is_err() {
         shared.metrics.dropped_completions.inc();
     }
+}
+
+/// Publishes a record's outputs: all enqueued in order, then the key's lane
+/// released (`lane_key` taken) so the key's next record starts while these
+/// are in flight, and the permit returned (waiting for acknowledgements
+/// costs no handler capacity; the partition's budget bounds the records
+/// waiting), then every acknowledgement awaited. A failed delivery is
+/// sent again until acknowledged (at least once; a resend may land after
+/// the key's later outputs, which carry their own sequence). Returns
+/// `false` if the partition was revoked meanwhile.
+async fn publish<H>(
+    attempts: &mut Attempts<'_, H>,
+    record: &Record,
+    outputs: &[Publish],
+    lane_key: &mut Option<Vec<u8>>,
+    permit: OwnedSemaphorePermit,
+    revoked: &AtomicBool,
+) -> bool {
+    let (shared, actor) = (attempts.shared, attempts.actor);
+    let mut pending = Vec::with_capacity(outputs.len());
+    for out in outputs {
+        loop {
+            if revoked.load(Ordering::Acquire) {
+                return false;
+            }
+            match shared.kafka.enqueue(&out.topic, &out.key, &out.payload, None).await {
+                Ok(delivery) => break pending.push(delivery),
+                Err(e) => attempts.failed(record, "kafka", &e).await,
+            }
+        }
+    }
+    if let Some(key) = lane_key.take() {
+        let _ = actor.send(ActorMsg::Released { key });
+    }
+    drop(permit);
+    for (out, delivery) in outputs.iter().zip(pending) {
+        let mut result = delivery.acknowledged().await;
+        while let Err(e) = result {
+            attempts.failed(record, "kafka", &e).await;
+            if revoked.load(Ordering::Acquire) {
+                return false;
+            }
+            result = shared.kafka.send(&out.topic, &out.key, &out.payload, None).await;
+        }
+    }
+    true
 }

@@ -1,0 +1,297 @@
+//! The stress harness against the real stack, in two phases:
+//!
+//! 1. **Backlog** (the ceiling with a broker): all distinct records are
+//!    produced first, then drained by a bare rdkafka consume-and-commit loop
+//!    and by the processor, one after the other on the same broker and
+//!    topic, so "processor ÷ bare consumer" is a same-machine ratio. The
+//!    processor's drain rate is its maximum sustained rate.
+//! 2. **Open loop** (latency): a fresh topic fed at a fixed rate (by default
+//!    70% of that maximum) for the run's duration while the processor keeps
+//!    up; each record's latency runs from when the schedule said it was due
+//!    to when the processor finished it (coordinated omission corrected).
+//!
+//! Modes: `kafka` keeps pool state and the registry in memory and publishes
+//! swaps to Kafka; `full` is the production handler on Redis and Kafka.
+//! Either way the handler is `DexHandler`, the production code.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+use sluice_dex::DexHandler;
+use sluice_dex::outputs::InMemory;
+use sluice_runtime::metrics::RuntimeMetrics;
+
+use crate::live::{
+    Bare, Fed, Instance, Measured, Probe, Progress, Schedule, Stack, await_assigned, await_done, feed, hashed,
+};
+use crate::machine;
+use crate::stats::Latency;
+use crate::traffic::Traffic;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Real broker; pool state and registry in memory.
+    Kafka,
+    /// Real broker and Redis: the production outputs.
+    Full,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Options {
+    pub mode: Mode,
+    pub seconds: f64,
+    pub transactions: u64,
+    /// Open-loop rate, records/s; default 70% of the backlog drain rate.
+    pub rate: Option<f64>,
+    pub partitions: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Figures {
+    pub mode: Mode,
+    pub distinct_records: usize,
+    pub backlog: Backlog,
+    pub open_loop: OpenLoop,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Backlog {
+    pub produce: Fed,
+    pub bare_consumer: Bare,
+    pub processor_records_per_sec: f64,
+    pub processor_seconds: f64,
+    pub processor_over_bare: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct OpenLoop {
+    pub target_rate: f64,
+    pub fed: Fed,
+    pub records: u64,
+    /// From the feed's start to the last completion.
+    pub seconds: f64,
+    pub records_per_sec: f64,
+    /// Due time → completion, coordinated omission corrected.
+    pub latency: Latency,
+    pub p99_over_p50: f64,
+    pub cpu_us_per_record: Cpu,
+    pub peak_rss_mib: f64,
+    pub redis: RedisFigures,
+    pub kafka: KafkaFigures,
+    /// Completions the schedule could not place (should be 0).
+    pub unscheduled: u64,
+}
+
+/// CPU-µs per record: this process (processor and feeder), the broker, Redis.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Cpu {
+    pub bench_process: f64,
+    pub broker: f64,
+    pub redis: f64,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct RedisFigures {
+    pub round_trips: u64,
+    pub commands: u64,
+    pub round_trips_per_1000_records: f64,
+    pub commands_per_round_trip: f64,
+    /// Connections the processor holds (Redis `connected_clients` with it
+    /// running, minus before it started).
+    pub connections: i64,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct KafkaFigures {
+    pub produce_requests: u64,
+    pub produced_records: u64,
+    pub records_per_produce_request: f64,
+}
+
+/// Starts a processor on `input` for `mode`, reporting to `progress`.
+pub fn start_processor(
+    stack: &Stack,
+    mode: Mode,
+    traffic: &Traffic,
+    input: &str,
+    group: &str,
+    extra: &[(&str, String)],
+    probe: Probe,
+) -> Result<Instance> {
+    let (runtime_config, dex) = stack.processor_config(input, group, extra)?;
+    match mode {
+        Mode::Full => Instance::start(runtime_config, |rt| {
+            let registry = &rt.metrics().registry;
+            let inner =
+                DexHandler::new(dex, rt.redis(), &rt.config().redis_url, registry).map_err(anyhow::Error::msg)?;
+            Ok(Measured { inner, probe })
+        }),
+        Mode::Kafka => Instance::start(runtime_config, |rt| {
+            let outputs = InMemory::new(traffic.tokens());
+            let inner = DexHandler::with_outputs(dex, outputs, &rt.metrics().registry).map_err(anyhow::Error::msg)?;
+            Ok(Measured { inner, probe })
+        }),
+    }
+}
+
+/// Creates a processor input topic (and its swaps and dead-letter topics)
+/// and, in full mode, publishes the token registry under its prefix.
+pub async fn prepare_input(stack: &Stack, mode: Mode, traffic: &Traffic, input: &str, partitions: usize) -> Result<()> {
+    stack.processor_topics(input, partitions as i32).await?;
+    if mode == Mode::Full {
+        let mut conn = stack.redis().await?;
+        sluice_dex::registry::publish(&mut conn, &format!("{input}:"), &traffic.genesis.tokens())
+            .await
+            .context("publishing the token registry")?;
+    }
+    Ok(())
+}
+
+pub async fn run(options: &Options) -> Result<Figures> {
+    let stack = Stack::from_env()?;
+    let (mode, partitions) = (options.mode, options.partitions);
+    eprintln!("  generating {} transactions of chainsim traffic", options.transactions);
+    let traffic = Arc::new(Traffic::generate(options.transactions));
+    let n = traffic.records.len();
+
+    // Phase 1: the backlog, drained by the bare consumer, then the processor.
+    let input = stack.name("backlog");
+    prepare_input(&stack, mode, &traffic, &input, partitions).await?;
+    eprintln!("  producing the backlog: {n} records to {input}");
+    let produce = feed(&stack.kafka, &input, hashed(partitions), traffic.clone(), n, None)
+        .join()
+        .map_err(|_| anyhow::anyhow!("feeder panicked"))??;
+    let (bare_config, _) = stack.processor_config(&input, &stack.name("bare"), &[])?;
+    eprintln!("  bare consumer draining the backlog");
+    let bare = tokio::task::spawn_blocking(move || {
+        crate::live::bare_consume(&bare_config, n as u64, Duration::from_secs(600))
+    })
+    .await??;
+    let progress = Progress::new(partitions, None);
+    let processor = start_processor(&stack, mode, &traffic, &input, &stack.name("drain"), &[], Probe::of(&progress))?;
+    await_done(&progress, n as u64, "processor draining the backlog", Duration::from_secs(900)).await?;
+    processor.stop().await?;
+    let processor_seconds = progress.span_seconds();
+    let processor_rate = n as f64 / processor_seconds.max(1e-9);
+    let backlog = Backlog {
+        produce,
+        bare_consumer: bare,
+        processor_records_per_sec: processor_rate,
+        processor_seconds,
+        processor_over_bare: processor_rate / bare.records_per_sec,
+    };
+
+    // Phase 2: open loop at the target rate.
+    let rate = options.rate.unwrap_or(0.7 * processor_rate);
+    let total = (rate * options.seconds) as usize;
+    let input = stack.name("open");
+    prepare_input(&stack, mode, &traffic, &input, partitions).await?;
+    let schedule = Arc::new(Schedule::new(&traffic, total, partitions, rate));
+    let progress = Progress::new(partitions, Some(schedule.clone()));
+    let mut conn = stack.redis().await?;
+    let clients_before = Stack::redis_clients(&mut conn).await?;
+    let processor = start_processor(&stack, mode, &traffic, &input, &stack.name("open"), &[], Probe::of(&progress))?;
+    await_assigned(std::slice::from_ref(&processor), partitions, Duration::from_secs(60)).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let connections = Stack::redis_clients(&mut conn).await? - clients_before;
+    let metrics = processor.metrics.clone();
+    let (cpu0, (broker0, redis0)) = (machine::cpu_time("self"), stack.stack_cpu());
+    eprintln!("  open loop: {total} records at {rate:.0} records/s for {} s", options.seconds);
+    let started = Instant::now();
+    let feeder = feed(&stack.kafka, &input, hashed(partitions), traffic.clone(), total, Some(schedule));
+    await_done(&progress, total as u64, "open loop", Duration::from_secs_f64(options.seconds + 300.0)).await?;
+    let seconds = started.elapsed().as_secs_f64();
+    let (cpu1, (broker1, redis1)) = (machine::cpu_time("self"), stack.stack_cpu());
+    let fed = feeder.join().map_err(|_| anyhow::anyhow!("feeder panicked"))??;
+    // One more statistics interval, so the producer's counters are current.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let redis = redis_figures(&metrics, total as u64, connections);
+    let kafka = kafka_figures(&metrics);
+    processor.stop().await?;
+
+    let latency = Latency::of(&progress.latency());
+    let per = |d: Duration| d.as_secs_f64() * 1e6 / total.max(1) as f64;
+    Ok(Figures {
+        mode,
+        distinct_records: n,
+        backlog,
+        open_loop: OpenLoop {
+            target_rate: rate,
+            fed,
+            records: total as u64,
+            seconds,
+            records_per_sec: total as f64 / seconds,
+            p99_over_p50: latency.p99_ns as f64 / latency.p50_ns.max(1) as f64,
+            latency,
+            cpu_us_per_record: Cpu {
+                bench_process: per(cpu1.saturating_sub(cpu0)),
+                broker: per(broker1.saturating_sub(broker0)),
+                redis: per(redis1.saturating_sub(redis0)),
+            },
+            peak_rss_mib: machine::peak_rss_mib(),
+            redis,
+            kafka,
+            unscheduled: progress.unscheduled.load(std::sync::atomic::Ordering::Relaxed),
+        },
+    })
+}
+
+fn redis_figures(metrics: &RuntimeMetrics, records: u64, connections: i64) -> RedisFigures {
+    let round_trips = metrics.sink_round_trips.with_label_values(&["redis"]).get();
+    let commands = metrics.sink_batch_size.with_label_values(&["redis"]).get_sample_sum() as u64;
+    RedisFigures {
+        round_trips,
+        commands,
+        round_trips_per_1000_records: round_trips as f64 * 1000.0 / records.max(1) as f64,
+        commands_per_round_trip: commands as f64 / round_trips.max(1) as f64,
+        connections,
+    }
+}
+
+fn kafka_figures(metrics: &RuntimeMetrics) -> KafkaFigures {
+    let (requests, records) = (metrics.produce_requests.get(), metrics.produced_records.get());
+    KafkaFigures {
+        produce_requests: requests,
+        produced_records: records,
+        records_per_produce_request: records as f64 / requests.max(1) as f64,
+    }
+}
+
+/// The run as a table on stdout.
+#[allow(clippy::print_stdout)]
+pub fn print(f: &Figures) {
+    let b = &f.backlog;
+    println!("mode stress/{:?} ({} distinct records)", f.mode, f.distinct_records);
+    println!("  backlog produce    {:>10.0} records/s", b.produce.records_per_sec);
+    println!("  bare consumer      {:>10.0} records/s", b.bare_consumer.records_per_sec);
+    println!(
+        "  processor          {:>10.0} records/s  = {:.2} × bare consumer",
+        b.processor_records_per_sec, b.processor_over_bare
+    );
+    let o = &f.open_loop;
+    let l = &o.latency;
+    let ms = |ns: u64| ns as f64 / 1e6;
+    println!("  open loop          {:>10.0} records/s target, {:.0} achieved", o.target_rate, o.records_per_sec);
+    println!(
+        "  latency (due → done) p50 {:.2} ms  p95 {:.2} ms  p99 {:.2} ms  p999 {:.2} ms  max {:.2} ms  (p99/p50 {:.2})",
+        ms(l.p50_ns),
+        ms(l.p95_ns),
+        ms(l.p99_ns),
+        ms(l.p999_ns),
+        ms(l.max_ns),
+        o.p99_over_p50
+    );
+    let c = o.cpu_us_per_record;
+    println!(
+        "  CPU-µs/record      bench {:.2}  broker {:.2}  redis {:.2}; peak RSS {:.0} MiB",
+        c.bench_process, c.broker, c.redis, o.peak_rss_mib
+    );
+    println!(
+        "  redis              {:.2} round trips/1000 records, {:.1} commands/round trip, {} connections",
+        o.redis.round_trips_per_1000_records, o.redis.commands_per_round_trip, o.redis.connections
+    );
+    println!("  kafka              {:.1} records/produce request", o.kafka.records_per_produce_request);
+}

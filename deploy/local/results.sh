@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Regenerate results/README.md's figure blocks and results/plots/*.png from the newest
+# results/*.json of each mode (see results/render.py). Installs Debian's
+# python3-matplotlib first when Python cannot import matplotlib.
+#
+#   deploy/local/results.sh            rewrite results/README.md and results/plots/
+#   deploy/local/results.sh --check --results DIR
+#                                      render DIR's results into a temporary copy (CI smoke)
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_ROOT=$(cd "$HERE/../.." && pwd)
+
+if ! python3 -c 'import matplotlib' 2>/dev/null; then
+  [[ $EUID -eq 0 ]] || { echo "results: matplotlib is missing and installing python3-matplotlib needs root" >&2; exit 1; }
+  aptlog=$(mktemp)
+  echo "installing Debian package python3-matplotlib (log: $aptlog)"
+  if ! { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-matplotlib; } >"$aptlog" 2>&1; then
+    tail -n 20 "$aptlog" >&2
+    echo "results: could not install python3-matplotlib" >&2
+    exit 1
+  fi
+fi
+exec python3 "$REPO_ROOT/results/render.py" "$@"

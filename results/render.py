@@ -1,0 +1,328 @@
+#!/usr/bin/env python3
+"""Regenerates the figures in results/README.md and the plots in results/plots/
+from the newest results/<UTC timestamp>-<mode>.json of each mode.
+
+Run it through deploy/local/results.sh (which installs matplotlib when it is
+missing). Only the blocks between `<!-- generated: NAME -->` and
+`<!-- end generated -->` in the README are rewritten; the prose around them
+(what the figures mean, what was missed and why) is written by hand.
+
+    results/render.py [--results DIR] [--check]
+
+--check renders into a temporary copy and fails if a generated block or a
+plot could not be produced (the CI smoke uses it on its own short runs).
+"""
+
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def newest(results, mode):
+    """The newest result of `mode` (file names sort by their UTC stamp)."""
+    paths = sorted(glob.glob(os.path.join(results, f"*-{mode}.json")))
+    if not paths:
+        return None, None
+    with open(paths[-1]) as f:
+        return os.path.basename(paths[-1]), json.load(f)
+
+
+def us(ns):
+    return f"{ns / 1e3:,.2f} µs" if ns < 1e6 else f"{ns / 1e6:,.2f} ms"
+
+
+def ms(ns):
+    return f"{ns / 1e6:,.2f} ms"
+
+
+def n0(x):
+    return f"{x:,.0f}"
+
+
+def table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+def source(name, report):
+    m = report["machine"]
+    return (
+        f"Source: `{name}` (commit `{report['git_commit']}`, {report['profile']} build, "
+        f"{m['cores']} × {m['cpu_model']}, {m['memory_gib']} GiB)."
+    )
+
+
+def stress_in_process(name, r):
+    f = r["figures"]
+    lat = f["latency"]
+    rows = [[
+        n0(f["records_per_sec"]), us(lat["p50_ns"]), us(lat["p95_ns"]), us(lat["p99_ns"]),
+        us(lat["p999_ns"]), us(lat["max_ns"]), f"{f['cpu_us_per_record']:.2f}", f"{f['peak_rss_mib']:.0f} MiB",
+    ]]
+    head = ["records/s", "p50", "p95", "p99", "p999", "max", "CPU-µs/record", "peak RSS"]
+    return (
+        table(head, rows)
+        + f"\n\n{f['workers']} workers, {f['seconds']:.0f} s, {f['distinct_records']:,} distinct records "
+        f"replayed; {f['swaps_published']:,} swaps handed to the (in-memory) publisher.\n\n" + source(name, r)
+    )
+
+
+def stress_broker(name, r):
+    f = r["figures"]
+    b, o = f["backlog"], f["open_loop"]
+    lat, cpu = o["latency"], o["cpu_us_per_record"]
+    lines = [
+        table(
+            ["backlog drain", "records/s"],
+            [
+                ["produce (feeder)", n0(b["produce"]["records_per_sec"])],
+                ["bare rdkafka consume + commit", n0(b["bare_consumer"]["records_per_sec"])],
+                ["processor", n0(b["processor_records_per_sec"])],
+                ["processor ÷ bare consumer", f"{b['processor_over_bare']:.3f}"],
+            ],
+        ),
+        "",
+        table(
+            ["open loop", "value"],
+            [
+                ["rate (target → achieved)", f"{n0(o['target_rate'])} → {n0(o['records_per_sec'])} records/s"],
+                ["latency p50 / p95 / p99", f"{ms(lat['p50_ns'])} / {ms(lat['p95_ns'])} / {ms(lat['p99_ns'])}"],
+                ["latency p999 / max", f"{ms(lat['p999_ns'])} / {ms(lat['max_ns'])}"],
+                ["p99 ÷ p50", f"{o['p99_over_p50']:.2f}"],
+                [
+                    "CPU-µs/record (bench process / broker / Redis)",
+                    f"{cpu['bench_process']:.1f} / {cpu['broker']:.1f} / {cpu['redis']:.1f}",
+                ],
+                ["peak RSS (bench process)", f"{o['peak_rss_mib']:.0f} MiB"],
+                ["Redis round trips per 1,000 records", f"{o['redis']['round_trips_per_1000_records']:.1f}"],
+                ["Redis commands per round trip", f"{o['redis']['commands_per_round_trip']:.1f}"],
+                ["Redis connections held", str(o["redis"]["connections"])],
+                ["Kafka records per produce request", f"{o['kafka']['records_per_produce_request']:.1f}"],
+            ],
+        ),
+        "",
+        f"{f['distinct_records']:,} distinct records; open loop {r['config']['seconds']:.0f} s "
+        f"({o['records']:,} records, replayed past the distinct set). Latency runs from when each record "
+        "was due to when the processor finished it (coordinated omission corrected).",
+        "",
+        source(name, r),
+    ]
+    return "\n".join(lines)
+
+
+def contention(name, r):
+    rows = []
+    for c in r["figures"]:
+        b, a = c["before"], c["after"]
+        rows.append([
+            c["what"], f"{b['name']}: {n0(b['runs'][1]['ops_per_sec'])}", f"{a['name']}: {n0(a['runs'][1]['ops_per_sec'])}",
+            f"{c['speedup_2_threads']:.1f}×", f"{us(b['runs'][1]['latency']['p99_ns'])} → {us(a['runs'][1]['latency']['p99_ns'])}",
+            f"{b['scaling']:.2f}", f"{a['scaling']:.2f}",
+        ])
+    head = ["comparison", "before (2 threads, ops/s)", "after (2 threads, ops/s)", "after ÷ before",
+            "p99 before → after", "before 2t ÷ 1t", "after 2t ÷ 1t"]
+    return table(head, rows) + "\n\n" + source(name, r)
+
+
+def barrier(name, r):
+    rows = []
+    for p in r["figures"]:
+        c, q = p["cohort"], p["pipeline"]
+        rows.append([
+            p["concurrency"], n0(c["items_per_sec"]), n0(q["items_per_sec"]), f"{q['utilization'] * 100:.1f}%",
+            f"{p['measured_ratio']:.2f}×", f"{p['theoretical_ratio']:.2f}×",
+        ])
+    head = ["concurrency", "cohort items/s", "pipeline items/s", "pipeline ÷ Little's-law bound",
+            "pipeline ÷ cohort", "theory"]
+    io = r["config"]["io"]
+    return (
+        table(head, rows)
+        + f"\n\n{io['base_ms']} ms base latency, {io['slow_ppm'] / 1e4:g}% of items ×{io['slow_factor']}, "
+        f"{r['config']['window_seconds']:.0f} s window.\n\n" + source(name, r)
+    )
+
+
+def drain(name, r):
+    c = r["config"]
+    rows = [[
+        x["instances"], n0(x["records"]), f"{x['drain_seconds']:.2f} s", n0(x["records_per_sec"]),
+        f"{x['speedup']:.2f}×", n0(x["bound_records_per_sec"]), f"{x['mean_record_ms']:.2f} ms",
+    ] for x in r["figures"]]
+    head = ["instances", "records", "drain time", "records/s", "speedup", "Little's-law bound", "record time"]
+    return (
+        table(head, rows)
+        + f"\n\n{c['partitions']} partitions, {c['io_ms']} ms simulated IO per record, handler concurrency "
+        f"{c['concurrency']} per instance, production handler on Redis and Kafka.\n\n" + source(name, r)
+    )
+
+
+def chain(name, r):
+    f = r["figures"]
+    rows = [[n0(f["generate_tx_per_sec"]), f"{f['generate_us_per_tx']:.2f} µs", n0(f["recognise_records_per_sec"]),
+             f"{f['recognise_ns_per_record']:.0f} ns", f"{f['encoded_bytes_per_tx']:.0f} B"]]
+    head = ["generated tx/s", "per tx", "recognised records/s", "per record", "encoded tx"]
+    return table(head, rows) + "\n\n" + source(name, r)
+
+
+SECTIONS = {
+    "stress-in-process": stress_in_process,
+    "stress-kafka": stress_broker,
+    "stress-full": stress_broker,
+    "contention": contention,
+    "barrier": barrier,
+    "drain": drain,
+    "chain": chain,
+}
+
+
+def plot_contention(r, path):
+    comps = r["figures"]
+    fig, axes = plt.subplots(1, len(comps), figsize=(4.2 * len(comps), 3.8), squeeze=False)
+    for ax, c in zip(axes[0], comps):
+        for variant, style in ((c["before"], "o-"), (c["after"], "s-")):
+            dist = variant["runs"][1]["latency"]["distribution"]
+            qs = [q for q, _ in dist]
+            ax.plot([1 / max(1 - q, 1e-5) for q in qs], [ns / 1e3 for _, ns in dist], style, label=variant["name"])
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xticks([2, 10, 100, 1000, 10000, 100000])
+        ax.set_xticklabels(["p50", "p90", "p99", "p99.9", "p99.99", "max"])
+        ax.set_title(c["what"], fontsize=9)
+        ax.set_ylabel("latency per operation, µs (2 threads)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("Contention: latency distribution before → after")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_barrier(r, path):
+    pairs = r["figures"]
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    xs = range(len(pairs))
+    w = 0.27
+    ax.bar([x - w for x in xs], [p["cohort"]["items_per_sec"] for p in pairs], w, label="cohort barrier")
+    ax.bar(list(xs), [p["pipeline"]["items_per_sec"] for p in pairs], w, label="bounded pipeline")
+    ax.bar([x + w for x in xs], [p["pipeline"]["littles_bound_per_sec"] for p in pairs], w,
+           label="Little's-law bound", alpha=0.5)
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels([f"concurrency {p['concurrency']}" for p in pairs])
+    ax.set_ylabel("items/s")
+    ax.set_yscale("log")
+    ax.set_title("Barrier vs pipeline, 1% of items 100× slower")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_drain(r, path):
+    rounds = r["figures"]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    k = [x["instances"] for x in rounds]
+    one = rounds[0]["records_per_sec"]
+    ax.plot(k, [x["records_per_sec"] for x in rounds], "o-", label="measured")
+    ax.plot(k, [one * i for i in k], "--", label="linear (from 1 instance)")
+    ax.plot(k, [x["bound_records_per_sec"] for x in rounds], ":", label="Little's-law bound")
+    ax.set_xticks(k)
+    ax.set_xlabel("processor instances")
+    ax.set_ylabel("records/s draining the backlog")
+    ax.set_title("Lag drain")
+    ax.legend()
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_stress(reports, path):
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for label, r in reports:
+        lat = r["figures"]["open_loop"]["latency"] if "open_loop" in r["figures"] else r["figures"]["latency"]
+        dist = lat.get("distribution")
+        if not dist:
+            continue
+        ax.plot([1 / max(1 - q, 1e-5) for q, _ in dist], [ns / 1e6 for _, ns in dist], "o-", label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks([2, 10, 100, 1000, 10000, 100000])
+    ax.set_xticklabels(["p50", "p90", "p99", "p99.9", "p99.99", "max"])
+    ax.set_ylabel("latency, ms")
+    ax.set_title("Stress harness: latency distribution per mode")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def render(results, readme_path):
+    with open(readme_path) as f:
+        readme = f.read()
+    found = {}
+    for mode, fn in SECTIONS.items():
+        name, report = newest(results, mode)
+        if report is None:
+            continue
+        found[mode] = report
+        block = fn(name, report)
+        pattern = re.compile(rf"(<!-- generated: {re.escape(mode)} -->\n).*?(<!-- end generated -->)", re.S)
+        if not pattern.search(readme):
+            sys.exit(f"{readme_path} has no '<!-- generated: {mode} -->' block")
+        readme = pattern.sub(lambda m: m.group(1) + block + "\n" + m.group(2), readme)
+    with open(readme_path, "w") as f:
+        f.write(readme)
+    plots = os.path.join(results, "plots")
+    os.makedirs(plots, exist_ok=True)
+    made = []
+    if "contention" in found:
+        plot_contention(found["contention"], os.path.join(plots, "contention-latency.png"))
+        made.append("contention-latency.png")
+    if "barrier" in found:
+        plot_barrier(found["barrier"], os.path.join(plots, "barrier-vs-pipeline.png"))
+        made.append("barrier-vs-pipeline.png")
+    if "drain" in found:
+        plot_drain(found["drain"], os.path.join(plots, "lag-drain.png"))
+        made.append("lag-drain.png")
+    stress = [(m, found[m]) for m in ("stress-in-process", "stress-kafka", "stress-full") if m in found]
+    if stress:
+        plot_stress(stress, os.path.join(plots, "stress-latency.png"))
+        made.append("stress-latency.png")
+    return sorted(found), made
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    here = os.path.dirname(os.path.abspath(__file__))
+    parser.add_argument("--results", default=here, help="folder of result JSON files (default: this folder)")
+    parser.add_argument("--check", action="store_true", help="render into a temporary copy; fail on any error")
+    args = parser.parse_args()
+    readme = os.path.join(here, "README.md")
+    if args.check:
+        with tempfile.TemporaryDirectory() as tmp:
+            for path in glob.glob(os.path.join(args.results, "*.json")):
+                shutil.copy(path, tmp)
+            shutil.copy(readme, os.path.join(tmp, "README.md"))
+            modes, plots = render(tmp, os.path.join(tmp, "README.md"))
+            for p in plots:
+                if os.path.getsize(os.path.join(tmp, "plots", p)) < 1000:
+                    sys.exit(f"plot {p} is empty")
+    else:
+        modes, plots = render(args.results, readme)
+    print(f"rendered {len(modes)} sections ({', '.join(modes)}) and {len(plots)} plots ({', '.join(plots)})")
+
+
+if __name__ == "__main__":
+    main()
