@@ -186,12 +186,20 @@ SECTIONS = {
 }
 
 
+def dist_of(lat):
+    """(quantile, ns) pairs; older results carry only the headline percentiles."""
+    if "distribution" in lat:
+        return lat["distribution"]
+    return [(0.5, lat["p50_ns"]), (0.95, lat["p95_ns"]), (0.99, lat["p99_ns"]), (0.999, lat["p999_ns"]),
+            (1.0, lat["max_ns"])]
+
+
 def plot_contention(r, path):
     comps = r["figures"]
     fig, axes = plt.subplots(1, len(comps), figsize=(4.2 * len(comps), 3.8), squeeze=False)
     for ax, c in zip(axes[0], comps):
         for variant, style in ((c["before"], "o-"), (c["after"], "s-")):
-            dist = variant["runs"][1]["latency"]["distribution"]
+            dist = dist_of(variant["runs"][1]["latency"])
             qs = [q for q, _ in dist]
             ax.plot([1 / max(1 - q, 1e-5) for q in qs], [ns / 1e3 for _, ns in dist], style, label=variant["name"])
         ax.set_xscale("log")
@@ -251,9 +259,7 @@ def plot_stress(reports, path):
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for label, r in reports:
         lat = r["figures"]["open_loop"]["latency"] if "open_loop" in r["figures"] else r["figures"]["latency"]
-        dist = lat.get("distribution")
-        if not dist:
-            continue
+        dist = dist_of(lat)
         ax.plot([1 / max(1 - q, 1e-5) for q, _ in dist], [ns / 1e6 for _, ns in dist], "o-", label=label)
     ax.set_xscale("log")
     ax.set_yscale("log")

@@ -38,14 +38,24 @@ pub fn peak_rss_mib() -> f64 {
     proc_kib("/proc/self/status", "VmHWM:").unwrap_or(0) as f64 / 1024.0
 }
 
-/// The commit the benchmark was built from (`unknown` outside a git tree).
+/// The commit the benchmark was built from (`unknown` outside a git tree),
+/// with `+dirty` when the work tree had uncommitted changes.
 pub fn git_commit() -> String {
-    std::process::Command::new("git")
-        .args(["rev-parse", "--short=12", "HEAD"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map_or_else(|| "unknown".into(), |o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    match git(&["rev-parse", "--short=12", "HEAD"]) {
+        Some(commit) if git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty()) => {
+            format!("{commit}+dirty")
+        }
+        Some(commit) => commit,
+        None => "unknown".into(),
+    }
 }
 
 /// Current UTC time as `YYYYMMDDTHHMMSSZ`, for file names.

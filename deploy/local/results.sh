@@ -10,14 +10,23 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$HERE/../.." && pwd)
 
-if ! python3 -c 'import matplotlib' 2>/dev/null; then
+# Debian's package serves Debian's interpreter (/usr/bin/python3), which need not be the
+# first python3 on PATH (pyenv, venvs).
+has_matplotlib() { "$1" -c 'import matplotlib' 2>/dev/null; }
+PY=""
+for candidate in python3 /usr/bin/python3; do
+  if has_matplotlib "$candidate"; then PY=$candidate; break; fi
+done
+if [[ -z $PY ]]; then
   [[ $EUID -eq 0 ]] || { echo "results: matplotlib is missing and installing python3-matplotlib needs root" >&2; exit 1; }
   aptlog=$(mktemp)
   echo "installing Debian package python3-matplotlib (log: $aptlog)"
-  if ! { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-matplotlib; } >"$aptlog" 2>&1; then
+  if ! { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-matplotlib; } >"$aptlog" 2>&1 \
+    || ! has_matplotlib /usr/bin/python3; then
     tail -n 20 "$aptlog" >&2
-    echo "results: could not install python3-matplotlib" >&2
+    echo "results: could not install python3-matplotlib for /usr/bin/python3" >&2
     exit 1
   fi
+  PY=/usr/bin/python3
 fi
-exec python3 "$REPO_ROOT/results/render.py" "$@"
+exec "$PY" "$REPO_ROOT/results/render.py" "$@"

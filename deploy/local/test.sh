@@ -65,17 +65,27 @@ if cargo tree --locked -p sluice-runtime -e normal --prefix none | grep -qE '^sl
 fi
 echo "sluice-runtime depends on no workload"
 
-say "building and running every test (Kafka $SLUICE_KAFKA_BROKERS, Redis $SLUICE_REDIS_URL)"
-# Two tests at a time per test binary: the machine has two cores and the broker needs some.
 say "benchmark smoke (short runs with loose bounds: they catch rot and gross regressions, not performance)"
 smoke_out=$(mktemp -d)
-cargo run --locked -q -p sluice-benches --bin sluice-bench -- --out "$smoke_out" chain --transactions 20000 >/dev/null
-cargo run --locked -q -p sluice-benches --bin sluice-bench -- --out "$smoke_out" stress \
-  --seconds 2 --transactions 5000 --max-p99-us 50000 2>/dev/null
-cargo run --locked -q -p sluice-benches --bin sluice-bench -- --out "$smoke_out" contention --seconds 0.2 --max-p99-us 2000
-cargo run --locked -q -p sluice-benches --bin sluice-bench -- --out "$smoke_out" barrier \
-  --base-ms 5 --slow-factor 20 --window-seconds 2 --warmup-seconds 0.5 --min-utilization 0.8
+# Progress lines go to a log, shown when a run fails.
+bench() {
+  cargo run --locked -q -p sluice-benches --bin sluice-bench -- --out "$smoke_out" "$@" 2>"$smoke_out/stderr" || {
+    tail -n 25 "$smoke_out/stderr" >&2
+    die "benchmark smoke failed: sluice-bench $*"
+  }
+}
+bench chain --transactions 20000 >/dev/null
+bench stress --seconds 2 --transactions 5000 --max-p99-us 50000
+bench stress --mode full --seconds 3 --transactions 3000 --rate 1000 --max-p99-us 5000000
+bench drain --transactions 1500 --instances 1,2 --partitions 4 --io-ms 5 --concurrency 4 --min-speedup 1.3
+bench contention --seconds 0.2 --max-p99-us 2000
+bench barrier --base-ms 5 --slow-factor 20 --window-seconds 2 --warmup-seconds 0.5 --min-utilization 0.8
+say "rendering the smoke results (tables and plots, into a temporary copy)"
+"$HERE/results.sh" --check --results "$smoke_out"
 rm -rf "$smoke_out"
+
+say "building and running every test (Kafka $SLUICE_KAFKA_BROKERS, Redis $SLUICE_REDIS_URL)"
+# Two tests at a time per test binary: the machine has two cores and the broker needs some.
 
 test_log="$SLUICE_STACK_DIR/logs/cargo-test.log"
 mkdir -p "$(dirname "$test_log")"
