@@ -3,12 +3,19 @@
 //! 1. **Backlog** (the ceiling with a broker): all distinct records are
 //!    produced first, then drained by a bare rdkafka consume-and-commit loop
 //!    and by the processor, one after the other on the same broker and
-//!    topic, so "processor ÷ bare consumer" is a same-machine ratio. The
-//!    processor's drain rate is its maximum sustained rate.
-//! 2. **Open loop** (latency): a fresh topic fed at a fixed rate (by default
-//!    70% of that maximum) for the run's duration while the processor keeps
-//!    up; each record's latency runs from when the schedule said it was due
-//!    to when the processor finished it (coordinated omission corrected).
+//!    topic, so "processor ÷ bare consumer" is a same-machine ratio.
+//! 2. **Rate search**: 5 s open-loop trials at rising rates until one is not
+//!    sustained; the highest sustained rate is the maximum with the feeder
+//!    sharing the machine (the backlog drain had it to itself).
+//! 3. **Open loop** (latency): a fresh topic fed at a fixed rate (by default
+//!    70% of that maximum) for the run's duration; each record's latency
+//!    runs from when the schedule said it was due to when the processor
+//!    finished it (coordinated omission corrected).
+//!
+//! Keys are dealt evenly over the partitions (`Traffic::balanced`): hashing
+//! 64 pools over 12 partitions leaves some with three times the records of
+//! others, and a backlog then drains at the pace of its heaviest partitions,
+//! which measures the key spread, not the processor.
 //!
 //! Modes: `kafka` keeps pool state and the registry in memory and publishes
 //! swaps to Kafka; `full` is the production handler on Redis and Kafka.
@@ -24,7 +31,7 @@ use sluice_dex::outputs::InMemory;
 use sluice_runtime::metrics::RuntimeMetrics;
 
 use crate::live::{
-    Bare, Fed, Instance, Measured, Probe, Progress, Schedule, Stack, await_assigned, await_done, feed, hashed,
+    Bare, Fed, Instance, Measured, Probe, Progress, Schedule, Stack, Partitioner, await_assigned, await_done, balanced, feed,
 };
 use crate::machine;
 use crate::stats::Latency;
@@ -47,6 +54,8 @@ pub struct Options {
     /// Open-loop rate, records/s; default 70% of the backlog drain rate.
     pub rate: Option<f64>,
     pub partitions: usize,
+    /// Extra librdkafka properties for the processor (`k=v,k=v`).
+    pub kafka_properties: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -54,6 +63,9 @@ pub struct Figures {
     pub mode: Mode,
     pub distinct_records: usize,
     pub backlog: Backlog,
+    /// The rate search (empty when `--rate` was given).
+    pub ramp: Vec<Trial>,
+    pub max_sustained_rate: Option<f64>,
     pub open_loop: OpenLoop,
 }
 
@@ -64,6 +76,14 @@ pub struct Backlog {
     pub processor_records_per_sec: f64,
     pub processor_seconds: f64,
     pub processor_over_bare: f64,
+    /// Sink batching while the processor drained the backlog (saturated).
+    pub saturated: Sinks,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Sinks {
+    pub redis: RedisFigures,
+    pub kafka: KafkaFigures,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -151,7 +171,8 @@ pub async fn prepare_input(stack: &Stack, mode: Mode, traffic: &Traffic, input: 
 }
 
 pub async fn run(options: &Options) -> Result<Figures> {
-    let stack = Stack::from_env()?;
+    let mut stack = Stack::from_env()?;
+    stack.processor_properties = options.kafka_properties.clone();
     let (mode, partitions) = (options.mode, options.partitions);
     eprintln!("  generating {} transactions of chainsim traffic", options.transactions);
     let traffic = Arc::new(Traffic::generate(options.transactions));
@@ -161,7 +182,8 @@ pub async fn run(options: &Options) -> Result<Figures> {
     let input = stack.name("backlog");
     prepare_input(&stack, mode, &traffic, &input, partitions).await?;
     eprintln!("  producing the backlog: {n} records to {input}");
-    let produce = feed(&stack.kafka, &input, hashed(partitions), traffic.clone(), n, None)
+    let partitioner = balanced(&traffic, partitions);
+    let produce = feed(&stack.kafka, &input, partitioner.clone(), traffic.clone(), n, None)
         .join()
         .map_err(|_| anyhow::anyhow!("feeder panicked"))??;
     let (bare_config, _) = stack.processor_config(&input, &stack.name("bare"), &[])?;
@@ -173,6 +195,9 @@ pub async fn run(options: &Options) -> Result<Figures> {
     let progress = Progress::new(partitions, None);
     let processor = start_processor(&stack, mode, &traffic, &input, &stack.name("drain"), &[], Probe::of(&progress))?;
     await_done(&progress, n as u64, "processor draining the backlog", Duration::from_secs(900)).await?;
+    // One more statistics interval, so the producer's counters are current.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let saturated = Sinks { redis: redis_figures(&processor.metrics, n as u64, 0), kafka: kafka_figures(&processor.metrics) };
     processor.stop().await?;
     let processor_seconds = progress.span_seconds();
     let processor_rate = n as f64 / processor_seconds.max(1e-9);
@@ -182,28 +207,93 @@ pub async fn run(options: &Options) -> Result<Figures> {
         processor_records_per_sec: processor_rate,
         processor_seconds,
         processor_over_bare: processor_rate / bare.records_per_sec,
+        saturated,
     };
 
-    // Phase 2: open loop at the target rate.
-    let rate = options.rate.unwrap_or(0.7 * processor_rate);
-    let total = (rate * options.seconds) as usize;
-    let input = stack.name("open");
-    prepare_input(&stack, mode, &traffic, &input, partitions).await?;
-    let schedule = Arc::new(Schedule::new(&traffic, total, partitions, rate));
+    // Phase 2: the highest rate the processor sustains with the feeder
+    // running beside it (the backlog rate had the machine to itself), then
+    // the open loop at 70% of that.
+    let ramp = match options.rate {
+        Some(_) => Vec::new(),
+        None => ramp(&stack, mode, &traffic, &partitioner, partitions, processor_rate).await?,
+    };
+    let max_sustained = ramp.iter().filter(|t| t.sustained).map(|t| t.rate).fold(None, |m: Option<f64>, r| {
+        Some(m.map_or(r, |m| m.max(r)))
+    });
+    let rate = options.rate.unwrap_or(0.7 * max_sustained.unwrap_or(processor_rate));
+    let open_loop = open_loop(&stack, mode, &traffic, &partitioner, partitions, rate, options.seconds, "open").await?;
+    Ok(Figures { mode, distinct_records: n, backlog, ramp, max_sustained_rate: max_sustained, open_loop })
+}
+
+/// One trial of the rate search.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Trial {
+    pub rate: f64,
+    pub sustained: bool,
+    pub p99_ms: f64,
+    /// From the feed's start to the last completion, over the feed's length.
+    pub seconds: f64,
+}
+
+/// Trials of [`TRIAL_SECONDS`] at rising rates, from 40% of the backlog
+/// rate up by 15% a step, until one is not sustained: every record done
+/// within 2 s of the feed's end, and the feeder on schedule.
+const TRIAL_SECONDS: f64 = 5.0;
+
+async fn ramp(
+    stack: &Stack,
+    mode: Mode,
+    traffic: &Arc<Traffic>,
+    partitioner: &Partitioner,
+    partitions: usize,
+    backlog_rate: f64,
+) -> Result<Vec<Trial>> {
+    let mut trials: Vec<Trial> = Vec::new();
+    let mut rate = (0.4 * backlog_rate).max(500.0);
+    for step in 0..16 {
+        let o = open_loop(stack, mode, traffic, partitioner, partitions, rate, TRIAL_SECONDS, &format!("trial{step}")).await?;
+        let sustained = o.seconds <= TRIAL_SECONDS + 2.0 && o.fed.seconds <= TRIAL_SECONDS * 1.05;
+        trials.push(Trial { rate, sustained, p99_ms: o.latency.p99_ns as f64 / 1e6, seconds: o.seconds });
+        eprintln!("  trial at {rate:.0} records/s: {}", if sustained { "sustained" } else { "not sustained" });
+        if !sustained {
+            break;
+        }
+        rate *= 1.15;
+    }
+    Ok(trials)
+}
+
+/// Feeds `rate` records/s for `seconds` to a fresh topic while a processor
+/// handles them; latency from each record's due time.
+#[allow(clippy::too_many_arguments)]
+async fn open_loop(
+    stack: &Stack,
+    mode: Mode,
+    traffic: &Arc<Traffic>,
+    partitioner: &Partitioner,
+    partitions: usize,
+    rate: f64,
+    seconds: f64,
+    label: &str,
+) -> Result<OpenLoop> {
+    let total = (rate * seconds) as usize;
+    let input = stack.name(label);
+    prepare_input(stack, mode, traffic, &input, partitions).await?;
+    let schedule = Arc::new(Schedule::new(traffic, total, partitioner, partitions, rate));
     let progress = Progress::new(partitions, Some(schedule.clone()));
     let mut conn = stack.redis().await?;
     let clients_before = Stack::redis_clients(&mut conn).await?;
-    let processor = start_processor(&stack, mode, &traffic, &input, &stack.name("open"), &[], Probe::of(&progress))?;
+    let processor = start_processor(stack, mode, traffic, &input, &stack.name(label), &[], Probe::of(&progress))?;
     await_assigned(std::slice::from_ref(&processor), partitions, Duration::from_secs(60)).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let connections = Stack::redis_clients(&mut conn).await? - clients_before;
     let metrics = processor.metrics.clone();
     let (cpu0, (broker0, redis0)) = (machine::cpu_time("self"), stack.stack_cpu());
-    eprintln!("  open loop: {total} records at {rate:.0} records/s for {} s", options.seconds);
+    eprintln!("  open loop: {total} records at {rate:.0} records/s for {seconds} s");
     let started = Instant::now();
-    let feeder = feed(&stack.kafka, &input, hashed(partitions), traffic.clone(), total, Some(schedule));
-    await_done(&progress, total as u64, "open loop", Duration::from_secs_f64(options.seconds + 300.0)).await?;
-    let seconds = started.elapsed().as_secs_f64();
+    let feeder = feed(&stack.kafka, &input, partitioner.clone(), traffic.clone(), total, Some(schedule));
+    await_done(&progress, total as u64, "open loop", Duration::from_secs_f64(seconds + 300.0)).await?;
+    let elapsed = started.elapsed().as_secs_f64();
     let (cpu1, (broker1, redis1)) = (machine::cpu_time("self"), stack.stack_cpu());
     let fed = feeder.join().map_err(|_| anyhow::anyhow!("feeder panicked"))??;
     // One more statistics interval, so the producer's counters are current.
@@ -214,28 +304,23 @@ pub async fn run(options: &Options) -> Result<Figures> {
 
     let latency = Latency::of(&progress.latency());
     let per = |d: Duration| d.as_secs_f64() * 1e6 / total.max(1) as f64;
-    Ok(Figures {
-        mode,
-        distinct_records: n,
-        backlog,
-        open_loop: OpenLoop {
-            target_rate: rate,
-            fed,
-            records: total as u64,
-            seconds,
-            records_per_sec: total as f64 / seconds,
-            p99_over_p50: latency.p99_ns as f64 / latency.p50_ns.max(1) as f64,
-            latency,
-            cpu_us_per_record: Cpu {
-                bench_process: per(cpu1.saturating_sub(cpu0)),
-                broker: per(broker1.saturating_sub(broker0)),
-                redis: per(redis1.saturating_sub(redis0)),
-            },
-            peak_rss_mib: machine::peak_rss_mib(),
-            redis,
-            kafka,
-            unscheduled: progress.unscheduled.load(std::sync::atomic::Ordering::Relaxed),
+    Ok(OpenLoop {
+        target_rate: rate,
+        fed,
+        records: total as u64,
+        seconds: elapsed,
+        records_per_sec: total as f64 / elapsed,
+        p99_over_p50: latency.p99_ns as f64 / latency.p50_ns.max(1) as f64,
+        latency,
+        cpu_us_per_record: Cpu {
+            bench_process: per(cpu1.saturating_sub(cpu0)),
+            broker: per(broker1.saturating_sub(broker0)),
+            redis: per(redis1.saturating_sub(redis0)),
         },
+        peak_rss_mib: machine::peak_rss_mib(),
+        redis,
+        kafka,
+        unscheduled: progress.unscheduled.load(std::sync::atomic::Ordering::Relaxed),
     })
 }
 
@@ -271,6 +356,9 @@ pub fn print(f: &Figures) {
         "  processor          {:>10.0} records/s  = {:.2} × bare consumer",
         b.processor_records_per_sec, b.processor_over_bare
     );
+    if let Some(max) = f.max_sustained_rate {
+        println!("  max sustained      {max:>10.0} records/s (feeder running; {} trials)", f.ramp.len());
+    }
     let o = &f.open_loop;
     let l = &o.latency;
     let ms = |ns: u64| ns as f64 / 1e6;
@@ -294,4 +382,9 @@ pub fn print(f: &Figures) {
         o.redis.round_trips_per_1000_records, o.redis.commands_per_round_trip, o.redis.connections
     );
     println!("  kafka              {:.1} records/produce request", o.kafka.records_per_produce_request);
+    let sat = &b.saturated;
+    println!(
+        "  saturated (backlog) {:.1} Redis commands/round trip, {:.1} Kafka records/produce request",
+        sat.redis.commands_per_round_trip, sat.kafka.records_per_produce_request
+    );
 }

@@ -19,7 +19,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::broker::{Mode, prepare_input, start_processor};
-use crate::live::{Probe, Progress, Stack, await_assigned, await_done, feed};
+use crate::live::{Probe, Progress, Stack, await_assigned, await_done, balanced, feed};
 use crate::traffic::Traffic;
 
 #[derive(Debug, Clone, Serialize)]
@@ -49,7 +49,6 @@ pub async fn run(options: &Options) -> Result<Vec<Round>> {
     let stack = Stack::from_env()?;
     let traffic = Arc::new(Traffic::generate(options.transactions));
     let n = traffic.records.len();
-    let balanced = Arc::new(traffic.balanced(options.partitions));
     let io = Duration::from_millis(options.io_ms);
     let extra = [("CONCURRENCY", options.concurrency.to_string())];
     let mut rounds: Vec<Round> = Vec::new();
@@ -72,11 +71,7 @@ pub async fn run(options: &Options) -> Result<Vec<Round>> {
         }
         await_assigned(&instances, options.partitions, Duration::from_secs(120)).await?;
         let started = Instant::now();
-        let partitioner = {
-            let balanced = balanced.clone();
-            Arc::new(move |key: &str| balanced.get(key).copied().unwrap_or(0)) as crate::live::Partitioner
-        };
-        let feeder = feed(&stack.kafka, &input, partitioner, traffic.clone(), n, None);
+        let feeder = feed(&stack.kafka, &input, balanced(&traffic, options.partitions), traffic.clone(), n, None);
         await_done(&progress, n as u64, &format!("{k} instance(s) draining"), Duration::from_secs(900)).await?;
         let drain_seconds = started.elapsed().as_secs_f64();
         feeder.join().map_err(|_| anyhow::anyhow!("feeder panicked"))??;

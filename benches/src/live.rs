@@ -31,6 +31,9 @@ use crate::traffic::{Traffic, partition_of};
 pub struct Stack {
     pub kafka: KafkaConfig,
     pub redis_url: String,
+    /// Extra librdkafka properties for the processor (`k=v,k=v`), e.g. to
+    /// try another `linger.ms`.
+    pub processor_properties: Option<String>,
     dir: Option<PathBuf>,
     run: String,
 }
@@ -49,6 +52,7 @@ impl Stack {
         Ok(Self {
             kafka: KafkaConfig::new(get("SLUICE_KAFKA_BROKERS")?),
             redis_url: get("SLUICE_REDIS_URL")?,
+            processor_properties: None,
             dir: std::env::var_os("SLUICE_STACK_DIR").map(PathBuf::from),
             run: format!("bench-{}-{}", machine::utc_stamp().to_lowercase(), std::process::id()),
         })
@@ -102,7 +106,10 @@ impl Stack {
         // Later settings win: `extra` overrides the defaults above it.
         let vars: std::collections::BTreeMap<String, String> = [
             ("KAFKA_BROKERS", self.kafka.brokers.clone()),
-            ("KAFKA_PROPERTIES", "statistics.interval.ms=1000".to_string()),
+            (
+                "KAFKA_PROPERTIES",
+                ["statistics.interval.ms=1000", self.processor_properties.as_deref().unwrap_or("")].join(","),
+            ),
             ("REDIS_URL", self.redis_url.clone()),
             ("GROUP_ID", group.to_string()),
             ("INPUT_TOPIC", input.to_string()),
@@ -142,26 +149,30 @@ impl Stack {
 pub struct Schedule {
     start: OnceLock<Instant>,
     ns_per_record: f64,
+    /// Records of the first second, left out of the latency (warm-up).
+    warmup: usize,
     /// partition → offset → feed index (fresh topic: offsets start at 0).
     index: Vec<Vec<u32>>,
 }
 
 impl Schedule {
-    pub fn new(traffic: &Traffic, total: usize, partitions: usize, rate: f64) -> Self {
+    pub fn new(traffic: &Traffic, total: usize, partitioner: &Partitioner, partitions: usize, rate: f64) -> Self {
         let mut index = vec![Vec::with_capacity(total / partitions + 1); partitions];
         for j in 0..total {
-            index[partition_of(traffic.record(j).0, partitions)].push(j as u32);
+            index[partitioner(traffic.record(j).0)].push(j as u32);
         }
-        Self { start: OnceLock::new(), ns_per_record: 1e9 / rate, index }
+        Self { start: OnceLock::new(), ns_per_record: 1e9 / rate, warmup: rate as usize, index }
     }
 
     fn due(&self, j: usize) -> Option<Instant> {
         Some(*self.start.get()? + Duration::from_nanos((j as f64 * self.ns_per_record) as u64))
     }
 
-    fn due_of(&self, partition: i32, offset: i64) -> Option<Instant> {
-        let j = *self.index.get(partition as usize)?.get(offset as usize)?;
-        self.due(j as usize)
+    /// When the record at `partition`/`offset` was due, and whether it
+    /// falls in the warm-up second.
+    fn due_of(&self, partition: i32, offset: i64) -> Option<(Instant, bool)> {
+        let j = *self.index.get(partition as usize)?.get(offset as usize)? as usize;
+        Some((self.due(j)?, j < self.warmup))
     }
 }
 
@@ -194,16 +205,16 @@ impl Progress {
 
     fn complete(&self, record: &Record, started: Instant) {
         let now = Instant::now();
-        let from = match &self.schedule {
+        let (from, warmup) = match &self.schedule {
             Some(s) => s.due_of(record.partition, record.offset).unwrap_or_else(|| {
                 self.unscheduled.fetch_add(1, Ordering::Relaxed);
-                started
+                (started, false)
             }),
-            None => started,
+            None => (started, false),
         };
         let ns = now.saturating_duration_since(from).as_nanos() as u64;
         let slot = record.partition as usize % self.histograms.len();
-        if let Ok(mut h) = self.histograms[slot].lock() {
+        if !warmup && let Ok(mut h) = self.histograms[slot].lock() {
             let _ = h.record(ns.max(1));
         }
         let at = now.duration_since(self.base).as_nanos() as u64;
@@ -359,9 +370,11 @@ pub async fn await_done(progress: &Progress, expected: u64, label: &str, timeout
 /// Which partition a key goes to.
 pub type Partitioner = Arc<dyn Fn(&str) -> usize + Send + Sync>;
 
-/// Keys hashed over `n` partitions ([`partition_of`]).
-pub fn hashed(n: usize) -> Partitioner {
-    Arc::new(move |key| partition_of(key, n))
+
+/// Keys dealt evenly over `n` partitions ([`Traffic::balanced`]).
+pub fn balanced(traffic: &Traffic, n: usize) -> Partitioner {
+    let map = traffic.balanced(n);
+    Arc::new(move |key| map.get(key).copied().unwrap_or_else(|| partition_of(key, n)))
 }
 
 /// What a feed sent.
@@ -388,6 +401,7 @@ pub fn feed(
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         rt.block_on(async {
             let mut producer = PipelinedProducer::<()>::new(&kafka, 50_000)?;
+            producer.warm_up(&topic, Duration::from_secs(10))?;
             let started = Instant::now();
             if let Some(s) = &schedule {
                 let _ = s.start.set(started);

@@ -81,6 +81,9 @@ enum Mode {
         /// Kafka and full: open-loop rate, records/s (default: 70% of the backlog drain rate).
         #[arg(long)]
         rate: Option<f64>,
+        /// Kafka and full: extra librdkafka properties for the processor, `k=v,k=v`.
+        #[arg(long)]
+        kafka_properties: Option<String>,
         /// Distinct transactions generated, then replayed for the duration.
         #[arg(long, default_value_t = 100_000)]
         transactions: u64,
@@ -221,9 +224,10 @@ fn main() -> Result<()> {
             let config = serde_json::json!({ "seconds": seconds, "workers": workers, "transactions": transactions });
             ("stress-in-process", config, serde_json::to_value(&f)?)
         }
-        Mode::Stress { mode, seconds, transactions, rate, partitions, max_p99_us, .. } => {
+        Mode::Stress { mode, seconds, transactions, rate, partitions, kafka_properties, max_p99_us, .. } => {
             let mode = if mode == StressMode::Full { broker::Mode::Full } else { broker::Mode::Kafka };
-            let options = broker::Options { mode, seconds, transactions, rate, partitions: partitions.max(1) };
+            let options =
+                broker::Options { mode, seconds, transactions, rate, partitions: partitions.max(1), kafka_properties };
             let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             let f = tokio.block_on(broker::run(&options))?;
             tokio.shutdown_timeout(std::time::Duration::from_secs(5));

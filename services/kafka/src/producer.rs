@@ -39,6 +39,8 @@ pub enum ProduceError {
     Cancelled { topic: String },
     #[error("flushing the producer failed: {0}")]
     Flush(#[source] KafkaError),
+    #[error("fetching topic metadata failed: {0}")]
+    Metadata(#[source] KafkaError),
 }
 
 /// Where an acknowledged record landed.
@@ -63,6 +65,13 @@ impl<T> PipelinedProducer<T> {
     pub fn new(config: &KafkaConfig, max_in_flight: usize) -> Result<Self, ProduceError> {
         let producer = config.producer().create().map_err(ProduceError::Create)?;
         Ok(Self { producer, in_flight: VecDeque::with_capacity(max_in_flight), max_in_flight: max_in_flight.max(1) })
+    }
+
+    /// Connects and learns `topic`'s partitions now rather than on the
+    /// first send (a paced sender then starts on time).
+    pub fn warm_up(&self, topic: &str, timeout: Duration) -> Result<(), ProduceError> {
+        use rdkafka::producer::Producer;
+        self.producer.client().fetch_metadata(Some(topic), timeout).map(|_| ()).map_err(ProduceError::Metadata)
     }
 
     /// Records sent but not yet acknowledged.
