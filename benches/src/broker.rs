@@ -31,7 +31,8 @@ use sluice_dex::outputs::InMemory;
 use sluice_runtime::metrics::RuntimeMetrics;
 
 use crate::live::{
-    Bare, Fed, Instance, Measured, Probe, Progress, Schedule, Stack, Partitioner, await_assigned, await_done, balanced, feed,
+    Bare, Fed, Instance, Measured, Partitioner, Probe, Progress, Schedule, Stack, await_assigned, await_done, balanced,
+    feed,
 };
 use crate::machine;
 use crate::stats::Latency;
@@ -197,7 +198,8 @@ pub async fn run(options: &Options) -> Result<Figures> {
     await_done(&progress, n as u64, "processor draining the backlog", Duration::from_secs(900)).await?;
     // One more statistics interval, so the producer's counters are current.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let saturated = Sinks { redis: redis_figures(&processor.metrics, n as u64, 0), kafka: kafka_figures(&processor.metrics) };
+    let saturated =
+        Sinks { redis: redis_figures(&processor.metrics, n as u64, 0), kafka: kafka_figures(&processor.metrics) };
     processor.stop().await?;
     let processor_seconds = progress.span_seconds();
     let processor_rate = n as f64 / processor_seconds.max(1e-9);
@@ -217,9 +219,11 @@ pub async fn run(options: &Options) -> Result<Figures> {
         Some(_) => Vec::new(),
         None => ramp(&stack, mode, &traffic, &partitioner, partitions, processor_rate).await?,
     };
-    let max_sustained = ramp.iter().filter(|t| t.sustained).map(|t| t.rate).fold(None, |m: Option<f64>, r| {
-        Some(m.map_or(r, |m| m.max(r)))
-    });
+    let max_sustained = ramp
+        .iter()
+        .filter(|t| t.sustained)
+        .map(|t| t.rate)
+        .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))));
     let rate = options.rate.unwrap_or(0.7 * max_sustained.unwrap_or(processor_rate));
     let open_loop = open_loop(&stack, mode, &traffic, &partitioner, partitions, rate, options.seconds, "open").await?;
     Ok(Figures { mode, distinct_records: n, backlog, ramp, max_sustained_rate: max_sustained, open_loop })
@@ -251,7 +255,8 @@ async fn ramp(
     let mut trials: Vec<Trial> = Vec::new();
     let mut rate = (0.4 * backlog_rate).max(500.0);
     for step in 0..16 {
-        let o = open_loop(stack, mode, traffic, partitioner, partitions, rate, TRIAL_SECONDS, &format!("trial{step}")).await?;
+        let o = open_loop(stack, mode, traffic, partitioner, partitions, rate, TRIAL_SECONDS, &format!("trial{step}"))
+            .await?;
         let sustained = o.seconds <= TRIAL_SECONDS + 2.0 && o.fed.seconds <= TRIAL_SECONDS * 1.05;
         trials.push(Trial { rate, sustained, p99_ms: o.latency.p99_ns as f64 / 1e6, seconds: o.seconds });
         eprintln!("  trial at {rate:.0} records/s: {}", if sustained { "sustained" } else { "not sustained" });

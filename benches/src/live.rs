@@ -370,7 +370,6 @@ pub async fn await_done(progress: &Progress, expected: u64, label: &str, timeout
 /// Which partition a key goes to.
 pub type Partitioner = Arc<dyn Fn(&str) -> usize + Send + Sync>;
 
-
 /// Keys dealt evenly over `n` partitions ([`Traffic::balanced`]).
 pub fn balanced(traffic: &Traffic, n: usize) -> Partitioner {
     let map = traffic.balanced(n);

@@ -10,6 +10,7 @@
 //! - [`keys`]: base58 account keys and signatures.
 //! - [`venue`]: the three venue layouts (instruction data, accounts, events).
 //! - [`route`]: which pools a transaction touches, i.e. its Kafka keys.
+//! - [`txview`]: a transaction decoded without copying its strings out.
 //! - [`recognize`]: a transaction record → the swaps it made on its pool.
 //! - [`pool`]: pool state and how a swap changes it.
 //! - [`offsets`]: the per-partition contiguous-watermark offset tracker.
@@ -26,6 +27,7 @@ pub mod prices;
 pub mod recognize;
 pub mod rng;
 pub mod route;
+pub mod txview;
 pub mod venue;
 
 pub use sluice_proto::chain::v1 as chain;

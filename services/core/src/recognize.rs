@@ -7,11 +7,11 @@
 //! balances; price state (sqrt price, last fill) from the venue's event.
 //! Nothing here allocates per swap: facts borrow from the transaction.
 
-use crate::chain::{ChainTransaction, Instruction, TokenBalance};
+use crate::chain::ChainTransaction;
 use crate::dex::Venue;
 use crate::keys;
 use crate::pool::Seq;
-use crate::route;
+use crate::txview::{BalanceView, InstructionView, TxView};
 use crate::venue::{self, LayoutError, clmm, clob, cpamm};
 
 /// One swap on one pool, as the chain recorded it.
@@ -96,13 +96,19 @@ impl RecognizeError {
 
 /// Recognises the swaps a record keyed by `key` made on that pool.
 pub fn recognize<'a>(tx: &'a ChainTransaction, key: &str) -> Result<Recognized<'a>, RecognizeError> {
+    recognize_view(&TxView::of(tx), key)
+}
+
+/// [`recognize`] on a borrowed decode (what the processor uses: no owned
+/// transaction is ever built).
+pub fn recognize_view<'a>(tx: &TxView<'a>, key: &str) -> Result<Recognized<'a>, RecognizeError> {
     let mut out = Recognized::default();
     for (ix_index, ix) in tx.instructions.iter().enumerate() {
-        if route::instruction_key(tx, ix) != key {
+        if tx.instruction_key(ix) != key {
             continue;
         }
         let ctx = Ctx { tx, ix, ix_index: ix_index as u32 };
-        let program = tx.account_keys.get(ix.program_id_index as usize).ok_or(RecognizeError::ProgramOutOfRange {
+        let program = *tx.account_keys.get(ix.program_id_index as usize).ok_or(RecognizeError::ProgramOutOfRange {
             ix: ctx.ix_index,
             index: ix.program_id_index,
             len: tx.account_keys.len(),
@@ -119,21 +125,21 @@ pub fn recognize<'a>(tx: &'a ChainTransaction, key: &str) -> Result<Recognized<'
 }
 
 /// One instruction being recognised.
-struct Ctx<'a> {
-    tx: &'a ChainTransaction,
-    ix: &'a Instruction,
+struct Ctx<'v, 'a> {
+    tx: &'v TxView<'a>,
+    ix: &'v InstructionView<'a>,
     ix_index: u32,
 }
 
 /// A vault's balance change.
 struct Movement<'a> {
-    balance: &'a TokenBalance,
+    balance: BalanceView<'a>,
     delta: i128,
 }
 
-impl<'a> Ctx<'a> {
+impl<'a> Ctx<'_, 'a> {
     fn require_accounts(&self, venue: &'static str, need: usize) -> Result<(), RecognizeError> {
-        let have = self.ix.accounts.len();
+        let have = self.ix.accounts.as_slice().len();
         if have < need {
             return Err(RecognizeError::MissingAccounts { ix: self.ix_index, venue, have, need });
         }
@@ -141,7 +147,7 @@ impl<'a> Ctx<'a> {
     }
 
     fn account_index(&self, position: usize) -> u32 {
-        self.ix.accounts[position]
+        self.ix.accounts.as_slice()[position]
     }
 
     fn account(&self, position: usize) -> Result<&'a str, RecognizeError> {
@@ -149,7 +155,7 @@ impl<'a> Ctx<'a> {
         self.tx
             .account_keys
             .get(index as usize)
-            .map(String::as_str)
+            .copied()
             .ok_or(RecognizeError::AccountOutOfRange { ix: self.ix_index, index })
     }
 
@@ -160,6 +166,7 @@ impl<'a> Ctx<'a> {
             .token_balances
             .iter()
             .find(|b| b.account_index == index)
+            .copied()
             .ok_or(RecognizeError::MissingBalance { ix: self.ix_index, role })?;
         let delta = i128::from(balance.post_amount) - i128::from(balance.pre_amount);
         Ok(Movement { balance, delta })
@@ -170,7 +177,7 @@ impl<'a> Ctx<'a> {
     }
 
     fn event(&self, event: &'static str) -> Result<&'a [u8], RecognizeError> {
-        self.ix.events.first().map(Vec::as_slice).ok_or(RecognizeError::MissingEvent { ix: self.ix_index, event })
+        self.ix.first_event.ok_or(RecognizeError::MissingEvent { ix: self.ix_index, event })
     }
 
     fn inconsistent(&self, reason: String) -> RecognizeError {
@@ -203,10 +210,10 @@ impl<'a> Ctx<'a> {
             venue,
             seq: Seq { slot: self.tx.slot, tx_index: self.tx.index, ix_index: self.ix_index },
             pool,
-            signature: &self.tx.signature,
+            signature: self.tx.signature,
             trader,
-            mint_a: &a.balance.mint,
-            mint_b: &b.balance.mint,
+            mint_a: a.balance.mint,
+            mint_b: b.balance.mint,
             post_reserve_a: a.balance.post_amount,
             post_reserve_b: b.balance.post_amount,
             block_time_ms: self.tx.block_time_ms,
@@ -217,7 +224,7 @@ impl<'a> Ctx<'a> {
     fn constant_product(&self) -> Result<SwapFact<'a>, RecognizeError> {
         use cpamm::accounts as acc;
         self.require_accounts("constant-product swap", acc::COUNT)?;
-        let data = self.layout(cpamm::SwapBaseIn::decode(&self.ix.data))?;
+        let data = self.layout(cpamm::SwapBaseIn::decode(self.ix.data))?;
         let pool = self.account(acc::POOL)?;
         let trader = self.account(acc::USER_OWNER)?;
         let a = self.movement(acc::VAULT_A, "token A vault")?;
@@ -237,7 +244,7 @@ impl<'a> Ctx<'a> {
     fn concentrated(&self) -> Result<SwapFact<'a>, RecognizeError> {
         use clmm::accounts as acc;
         self.require_accounts("concentrated-liquidity swap", acc::COUNT)?;
-        let data = self.layout(clmm::Swap::decode(&self.ix.data))?;
+        let data = self.layout(clmm::Swap::decode(self.ix.data))?;
         let traded = self.layout(clmm::Traded::decode(self.event("Traded")?))?;
         let pool = self.account(acc::POOL)?;
         let trader = self.account(acc::TOKEN_AUTHORITY)?;
@@ -266,7 +273,7 @@ impl<'a> Ctx<'a> {
     fn order_book(&self) -> Result<SwapFact<'a>, RecognizeError> {
         use clob::accounts as acc;
         self.require_accounts("order-book swap", acc::COUNT)?;
-        let order = self.layout(clob::SwapOrder::decode(&self.ix.data))?;
+        let order = self.layout(clob::SwapOrder::decode(self.ix.data))?;
         let fill = self.layout(clob::FillSummary::decode(self.event("FillSummary")?))?;
         let market = self.account(acc::MARKET)?;
         let trader = self.account(acc::TRADER)?;

@@ -13,13 +13,21 @@ use crate::venue;
 
 /// The key an instruction routes to.
 pub fn instruction_key<'a>(tx: &'a ChainTransaction, ix: &Instruction) -> &'a str {
-    let account = |position: usize| -> Option<&'a str> {
-        let index = *ix.accounts.get(position)? as usize;
-        tx.account_keys.get(index).map(String::as_str)
-    };
-    let program = tx.account_keys.get(ix.program_id_index as usize).map(String::as_str);
+    let key = |index: u32| tx.account_keys.get(index as usize).map(String::as_str);
+    pool_key(key(ix.program_id_index), &ix.accounts, key, &tx.signature)
+}
+
+/// The rule itself, over any representation of a transaction: `program` is
+/// the instruction's program key, `accounts` its account indexes, `key`
+/// looks an index up in the transaction's account keys.
+pub fn pool_key<'a>(
+    program: Option<&str>,
+    accounts: &[u32],
+    key: impl Fn(u32) -> Option<&'a str>,
+    signature: &'a str,
+) -> &'a str {
     let position = program.and_then(venue::venue_of_program).map_or(0, venue::pool_account_position);
-    account(position).unwrap_or(&tx.signature)
+    accounts.get(position).and_then(|&index| key(index)).unwrap_or(signature)
 }
 
 /// The distinct record keys of a transaction, in order of first appearance.

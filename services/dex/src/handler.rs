@@ -8,7 +8,8 @@ use sluice_core::chain::ChainTransaction;
 use sluice_core::dex::{Sequence, Swap, Venue};
 use sluice_core::pool::{PoolState, PoolUpdate, PriceParams};
 use sluice_core::prices::PriceBoard;
-use sluice_core::recognize::{SwapFact, recognize};
+use sluice_core::recognize::{RecognizeError, Recognized, SwapFact, recognize, recognize_view};
+use sluice_core::txview::TxView;
 use sluice_runtime::sink::RedisSink;
 use sluice_runtime::{HandleError, Handled, Handler, Publish, Record};
 
@@ -190,16 +191,15 @@ impl<O: Outputs> DexHandler<O> {
     }
 }
 
-impl<O: Outputs> Handler for DexHandler<O> {
-    async fn handle(&self, record: &Record) -> Result<Handled, HandleError> {
-        let payload = record.payload.as_deref().unwrap_or_default();
-        let tx = ChainTransaction::decode(payload).map_err(|e| HandleError::invalid("decode", e.to_string()))?;
-        let key = record
-            .key
-            .as_deref()
-            .and_then(|k| std::str::from_utf8(k).ok())
-            .ok_or_else(|| HandleError::invalid("key", "record key is missing or not UTF-8"))?;
-        let recognised = recognize(&tx, key).map_err(|e| HandleError::invalid(e.kind(), e.to_string()))?;
+impl<O: Outputs> DexHandler<O> {
+    /// The swaps of one recognised record, in order (a record's swaps on its
+    /// pool are a sequence), and the record's outcome.
+    async fn handle_recognised(
+        &self,
+        recognised: Result<Recognized<'_>, RecognizeError>,
+        block_time_ms: i64,
+    ) -> Result<Handled, HandleError> {
+        let recognised = recognised.map_err(|e| HandleError::invalid(e.kind(), e.to_string()))?;
         if recognised.unknown_venue > 0 {
             self.metrics.unknown_venue.inc_by(u64::from(recognised.unknown_venue));
         }
@@ -213,6 +213,36 @@ impl<O: Outputs> Handler for DexHandler<O> {
             (true, true) => "unknown_venue",
             (true, false) => "no_swap",
         };
-        Ok(Handled { outcome, event_time_ms: Some(tx.block_time_ms), publish })
+        Ok(Handled { outcome, event_time_ms: Some(block_time_ms), publish })
+    }
+}
+
+fn record_key(record: &Record) -> Result<&str, HandleError> {
+    record
+        .key
+        .as_deref()
+        .and_then(|k| std::str::from_utf8(k).ok())
+        .ok_or_else(|| HandleError::invalid("key", "record key is missing or not UTF-8"))
+}
+
+impl<O: Outputs> Handler for DexHandler<O> {
+    async fn handle(&self, record: &Record) -> Result<Handled, HandleError> {
+        let payload = record.payload.as_deref().unwrap_or_default();
+        // The borrowed decode accepts exactly what prost accepts; on a bad
+        // payload prost decodes it again for the dead letter's reason.
+        match TxView::decode(payload) {
+            Ok(tx) => {
+                let key = record_key(record)?;
+                self.handle_recognised(recognize_view(&tx, key), tx.block_time_ms).await
+            }
+            Err(_) => {
+                let tx =
+                    ChainTransaction::decode(payload).map_err(|e| HandleError::invalid("decode", e.to_string()))?;
+                // Unreachable while the two decoders agree (tests/txview.rs in
+                // sluice-core); if they ever did not, prost's verdict wins.
+                let key = record_key(record)?;
+                self.handle_recognised(recognize(&tx, key), tx.block_time_ms).await
+            }
+        }
     }
 }
