@@ -8,10 +8,15 @@
 //! - Pool state: `RwLock<HashMap>` against `DashMap`, each operation a read
 //!   and a write of one pool (what every swap does).
 //! - Price board: `SeqCst` against `Release`/`Acquire` stores and loads.
+//! - Machine reference (first row): the token cache's two shapes on a
+//!   thread-local `HashMap` (same keys, RNG, batch eviction and latency
+//!   recording; nothing shared), so its 2-thread ÷ 1-thread ratio is what
+//!   this machine allows for a loop of that shape.
 //!
 //! Each variant runs on 1 and 2 threads in the same process; the results
 //! carry throughput, the per-operation latency distribution and the ratios.
 
+use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -175,6 +180,36 @@ fn cache_comparison(capacity: usize, population: u64, duration: Duration, label:
     )
 }
 
+/// The cache's get-or-insert on a map private to each thread, evicting a
+/// tenth at the cap like the real cache: what perfect scaling looks like
+/// on this machine. "before" is the 10k-of-20k shape, "after" the
+/// processor shape; their speedup column compares the two shapes only.
+fn machine_reference(capacity: usize, duration: Duration) -> Comparison {
+    thread_local!(static LOCAL: RefCell<HashMap<u64, u64>> = RefCell::new(HashMap::new()));
+    let local = |population: u64| -> Arc<dyn Fn(&mut Rng) + Send + Sync> {
+        Arc::new(move |rng: &mut Rng| {
+            let k = rng.below(population);
+            LOCAL.with_borrow_mut(|map| {
+                if std::hint::black_box(map.get(&k)).is_none() {
+                    if map.len() >= capacity {
+                        map.extract_if(|_, _| true).take(capacity / 10).for_each(drop);
+                    }
+                    map.insert(k, k);
+                }
+            });
+        })
+    };
+    // Each run's threads are new, so each starts with an empty map.
+    let before = variant("thread_local_10k_of_20k", duration, &|| local(2 * capacity as u64));
+    let after = variant("thread_local_24_keys", duration, &|| local(24));
+    compare(
+        "machine_reference",
+        format!("thread-local HashMap, capacity {capacity}: {} keys, then 24 keys", 2 * capacity),
+        before,
+        after,
+    )
+}
+
 /// Pool state: read and write one of `pools` per operation.
 fn pool_state_comparison(pools: u64, duration: Duration) -> Comparison {
     #[derive(Clone, Copy, Default)]
@@ -226,6 +261,7 @@ fn price_comparison(duration: Duration) -> Comparison {
 /// Every comparison, each variant on 1 and 2 threads for `duration`.
 pub fn run(duration: Duration) -> Vec<Comparison> {
     vec![
+        machine_reference(10_000, duration),
         cache_comparison(10_000, 20_000, duration, "token_cache_10k_of_20k"),
         // The processor's real shape: 24 tokens in a 10,000-entry cache, all hits.
         cache_comparison(10_000, 24, duration, "token_cache_processor_shape"),
