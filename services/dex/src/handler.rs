@@ -90,9 +90,12 @@ impl<O: Outputs> DexHandler<O> {
     }
 
     /// Decimals and symbol of `mint`, from the cache or the registry.
-    async fn token(&self, mint: &str) -> Result<TokenInfo, HandleError> {
+    /// Hits are counted into `hits`, which the caller adds to the metric
+    /// once per record: the counter is shared by every worker thread, and
+    /// two increments per swap kept its cache line moving between cores.
+    async fn token(&self, mint: &str, hits: &mut u64) -> Result<TokenInfo, HandleError> {
         if let Some(info) = self.tokens.get(mint) {
-            self.metrics.cache_hits.inc();
+            *hits += 1;
             return Ok(info);
         }
         self.metrics.cache_misses.inc();
@@ -128,10 +131,11 @@ impl<O: Outputs> DexHandler<O> {
         }
     }
 
-    /// Applies one swap; returns the `Swap` record to publish.
-    async fn handle_swap(&self, fact: &SwapFact<'_>) -> Result<Publish, HandleError> {
-        let a = self.token(fact.mint_a).await?;
-        let b = self.token(fact.mint_b).await?;
+    /// Applies one swap; returns the `Swap` record to publish. Cache hits
+    /// are counted into `hits` (the metric is bumped once per record).
+    async fn handle_swap(&self, fact: &SwapFact<'_>, hits: &mut u64) -> Result<Publish, HandleError> {
+        let a = self.token(fact.mint_a, hits).await?;
+        let b = self.token(fact.mint_b, hits).await?;
         let (in_info, out_info) = if fact.a_to_b { (&a, &b) } else { (&b, &a) };
         let amount_in_ui = fact.amount_in as f64 / pow10(in_info.decimals);
         let amount_out_ui = fact.amount_out as f64 / pow10(out_info.decimals);
@@ -205,9 +209,21 @@ impl<O: Outputs> DexHandler<O> {
         }
         // In order: a record's swaps on its pool are a sequence.
         let mut publish = Vec::with_capacity(recognised.swaps.len());
+        let mut hits = 0;
+        let mut result = Ok(());
         for fact in &recognised.swaps {
-            publish.push(self.handle_swap(fact).await?);
+            match self.handle_swap(fact, &mut hits).await {
+                Ok(p) => publish.push(p),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
         }
+        if hits > 0 {
+            self.metrics.cache_hits.inc_by(hits);
+        }
+        result?;
         let outcome = match (recognised.swaps.is_empty(), recognised.unknown_venue > 0) {
             (false, _) => "ok",
             (true, true) => "unknown_venue",

@@ -89,7 +89,11 @@ impl Outputs for InMemory {
     }
 
     async fn apply(&self, apply: &Apply<'_>) -> Result<bool, SinkError> {
-        let mut state = self.pools.entry(apply.pool.to_string()).or_default();
-        Ok(state.apply_update(&apply.update) == Applied::Changed)
+        // The pool's key is allocated only the first time the pool is seen.
+        let applied = match self.pools.get_mut(apply.pool) {
+            Some(mut state) => state.apply_update(&apply.update),
+            None => self.pools.entry(apply.pool.to_string()).or_default().apply_update(&apply.update),
+        };
+        Ok(applied == Applied::Changed)
     }
 }
