@@ -188,6 +188,14 @@ fn edge_cases_get_the_same_verdict() {
         vec![0x07],                                           // wire type 7
         vec![0x00],                                           // tag 0
         vec![0x80, 0x80, 0x80, 0x80, 0x80, 0x01],             // key past u32
+        // Account keys with multi-byte characters, valid and cut.
+        vec![0x2A, 0x02, 0xC3, 0xA9, 0x2A, 0x01, 0x41, 0x2A, 0x03, 0xE2, 0x82, 0xAC],
+        vec![0x2A, 0x01, 0xC3, 0x2A, 0x01, 0xA9],
+        // A key ending in a lead byte that the next (unknown, wide-tag)
+        // field's key completes: valid across the run, not on its own.
+        vec![0x2A, 0x01, 0xC3, 0xA9, 0x01, 0, 0, 0, 0, 0, 0, 0, 0],
+        vec![0x2A, 0x02, 0x41, 0xC3, 0xA9, 0x01, 0, 0, 0, 0, 0, 0, 0, 0, 0x2A, 0x01, 0x42],
+        vec![0x2A, 0x02, 0xC3, 0xA9, 0xA9, 0x01, 0, 0, 0, 0, 0, 0, 0, 0, 0x2A, 0x01, 0x42],
         nested_groups(99, false),
         nested_groups(100, false),
         nested_groups(101, false),
@@ -195,7 +203,10 @@ fn edge_cases_get_the_same_verdict() {
         nested_groups(99, true),
         nested_groups(100, true),
     ];
-    for bytes in cases {
-        agree(&bytes);
+    for bytes in &cases {
+        agree(bytes);
     }
+    // The last multi-byte case is valid: "é", then an unknown fixed64 field.
+    let accepted = TxView::decode(&[0x2A, 0x02, 0xC3, 0xA9, 0xA9, 0x01, 0, 0, 0, 0, 0, 0, 0, 0, 0x2A, 0x01, 0x42]);
+    assert_eq!(accepted.map(|tx| tx.account_keys), Ok(vec!["é", "B"]));
 }
