@@ -120,7 +120,7 @@ impl RuntimeConfig {
             max_poll_interval: env.millis("MAX_POLL_INTERVAL_MS", Duration::from_secs(300)),
             commit_interval: env.millis("COMMIT_INTERVAL_MS", Duration::from_secs(1)),
             admin_listen: env.or("ADMIN_LISTEN", SocketAddr::from(([0, 0, 0, 0], 9090))),
-            redis_connections: env.or("REDIS_CONNECTIONS", 2),
+            redis_connections: env.or("REDIS_CONNECTIONS", 1),
             redis_max_batch: env.or("REDIS_MAX_BATCH", 256),
         };
         config.check(env);
