@@ -86,7 +86,7 @@ def stress_broker(name, r):
         table(
             ["backlog drain", "records/s"],
             [
-                ["produce (feeder)", n0(b["produce"]["records_per_sec"])],
+                ["feeder (records handed to the producer)", n0(b["produce"]["records_per_sec"])],
                 ["bare rdkafka consume + commit", n0(b["bare_consumer"]["records_per_sec"])],
                 ["processor", n0(b["processor_records_per_sec"])],
                 ["processor ÷ bare consumer", f"{b['processor_over_bare']:.3f}"],
@@ -94,6 +94,16 @@ def stress_broker(name, r):
                  f"{b['saturated']['redis']['commands_per_round_trip']:.1f}" if "saturated" in b else "—"],
                 ["Kafka records per produce request (saturated)",
                  f"{b['saturated']['kafka']['records_per_produce_request']:.1f}" if "saturated" in b else "—"],
+            ],
+        ),
+        "",
+        table(
+            ["rate search (5 s trials, feeder running)", "value"],
+            [
+                ["trials", ", ".join(f"{t['rate']:,.0f} {'✓' if t['sustained'] else '✗'} (p99 {t['p99_ms']:.0f} ms)"
+                                     for t in f.get("ramp", [])) or "— (rate given)"],
+                ["max sustained rate", n0(f["max_sustained_rate"]) + " records/s" if f.get("max_sustained_rate")
+                 else "—"],
             ],
         ),
         "",
@@ -126,8 +136,15 @@ def stress_broker(name, r):
 
 
 def contention(name, r):
-    rows = []
+    rows, reference = [], ""
     for c in r["figures"]:
+        if c["what"] == "machine_reference":
+            reference = (
+                f"\n\nMachine reference (the same work on a thread-local `HashMap`, nothing shared): "
+                f"2-thread ÷ 1-thread {c['before']['scaling']:.2f} ({c['before']['name']}) and "
+                f"{c['after']['scaling']:.2f} ({c['after']['name']})."
+            )
+            continue
         b, a = c["before"], c["after"]
         rows.append([
             c["what"], f"{b['name']}: {n0(b['runs'][1]['ops_per_sec'])}", f"{a['name']}: {n0(a['runs'][1]['ops_per_sec'])}",
@@ -136,7 +153,7 @@ def contention(name, r):
         ])
     head = ["comparison", "before (2 threads, ops/s)", "after (2 threads, ops/s)", "after ÷ before",
             "p99 before → after", "before 2t ÷ 1t", "after 2t ÷ 1t"]
-    return table(head, rows) + "\n\n" + source(name, r)
+    return table(head, rows) + reference + "\n\n" + source(name, r)
 
 
 def barrier(name, r):
@@ -199,7 +216,7 @@ def dist_of(lat):
 
 
 def plot_contention(r, path):
-    comps = r["figures"]
+    comps = [c for c in r["figures"] if c["what"] != "machine_reference"]
     fig, axes = plt.subplots(1, len(comps), figsize=(4.2 * len(comps), 3.8), squeeze=False)
     for ax, c in zip(axes[0], comps):
         for variant, style in ((c["before"], "o-"), (c["after"], "s-")):

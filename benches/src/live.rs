@@ -380,6 +380,7 @@ pub fn balanced(traffic: &Traffic, n: usize) -> Partitioner {
 #[derive(Debug, Clone, Copy, serde::Serialize)]
 pub struct Fed {
     pub records: u64,
+    /// From the first send to the last (acknowledgements awaited after).
     pub seconds: f64,
     pub records_per_sec: f64,
 }
@@ -419,8 +420,10 @@ pub fn feed(
                     producer.poll_acked()?;
                 }
             }
-            producer.flush().await?;
+            // Until the last record was handed to the producer: a paced feed
+            // that keeps its schedule takes the schedule's length.
             let seconds = started.elapsed().as_secs_f64();
+            producer.flush().await?;
             Ok(Fed { records: total as u64, seconds, records_per_sec: total as f64 / seconds })
         })
     })

@@ -100,8 +100,8 @@ enum Mode {
         /// Instance counts, one round each.
         #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
         instances: Vec<usize>,
-        /// Simulated IO wait per record, ms.
-        #[arg(long, default_value_t = 5)]
+        /// Simulated IO wait per record, ms (large enough that the 2 cores are not the limit).
+        #[arg(long, default_value_t = 10)]
         io_ms: u64,
         /// Handler concurrency per instance.
         #[arg(long, default_value_t = 8)]
