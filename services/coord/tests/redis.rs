@@ -1,0 +1,69 @@
+//! Claims, renewals, releases and fenced writes against the real Redis of
+//! the test stack.
+
+use std::time::Duration;
+
+use sluice_coord::{Fenced, acquire, fenced_hset, release, renew};
+use sluice_testkit::{redis_url, unique};
+
+async fn conn() -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(redis_url()).expect("redis url");
+    client.get_multiplexed_async_connection().await.expect("connecting to the test stack's Redis")
+}
+
+#[tokio::test]
+async fn one_holder_at_a_time_and_a_takeover_gets_a_larger_token() {
+    let mut c = conn().await;
+    let (key, fence) = (unique("claim"), unique("fence"));
+    let ttl = Duration::from_millis(300);
+    let a = acquire(&mut c, &key, &fence, "a", ttl).await.expect("redis").expect("free key is claimed");
+    assert!(acquire(&mut c, &key, &fence, "b", ttl).await.expect("redis").is_none(), "held key is refused");
+    assert!(renew(&mut c, &a, ttl).await.expect("redis"), "the holder renews");
+
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let b = acquire(&mut c, &key, &fence, "b", ttl).await.expect("redis").expect("a lapsed claim can be taken");
+    assert!(b.token > a.token, "takeover token {} must exceed {}", b.token, a.token);
+    assert!(!renew(&mut c, &a, ttl).await.expect("redis"), "the old holder cannot renew a claim it lost");
+    assert!(!release(&mut c, &a).await.expect("redis"), "nor release it");
+    assert!(release(&mut c, &b).await.expect("redis"), "the holder releases");
+    assert!(acquire(&mut c, &key, &fence, "c", ttl).await.expect("redis").is_some(), "released key is free");
+}
+
+#[tokio::test]
+async fn a_stale_holder_cannot_write_after_a_takeover() {
+    let mut c = conn().await;
+    let (key, fence, data) = (unique("claim"), unique("fence"), unique("data"));
+    let ttl = Duration::from_millis(200);
+    let old = acquire(&mut c, &key, &fence, "old", ttl).await.expect("redis").expect("claimed");
+    assert_eq!(fenced_hset(&mut c, &old, &data, "v", "old-1").await.expect("redis"), Fenced::Written);
+
+    // The old holder "pauses" past its claim; another takes the resource.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let new = acquire(&mut c, &key, &fence, "new", ttl).await.expect("redis").expect("taken over");
+    assert_eq!(fenced_hset(&mut c, &new, &data, "v", "new-1").await.expect("redis"), Fenced::Written);
+    assert_eq!(fenced_hset(&mut c, &old, &data, "v", "old-2").await.expect("redis"), Fenced::Stale);
+    let value: String = redis::cmd("HGET").arg(&data).arg("v").query_async(&mut c).await.expect("redis");
+    assert_eq!(value, "new-1", "the stale write changed nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_claimants_get_exactly_one_winner_each_round() {
+    let fence = unique("fence");
+    for round in 0..50 {
+        let key = unique(&format!("race{round}"));
+        let tasks: Vec<_> = (0..8)
+            .map(|i| {
+                let (key, fence) = (key.clone(), fence.clone());
+                tokio::spawn(async move {
+                    let mut c = conn().await;
+                    acquire(&mut c, &key, &fence, &format!("r{i}"), Duration::from_secs(5)).await.expect("redis")
+                })
+            })
+            .collect();
+        let mut winners = 0;
+        for t in tasks {
+            winners += usize::from(t.await.expect("task").is_some());
+        }
+        assert_eq!(winners, 1, "round {round}");
+    }
+}
