@@ -72,20 +72,23 @@ async fn redis_stopped_under_load_pauses_and_loses_nothing() {
     let a = s.spawn("a");
     let b = s.spawn("b");
     s.wait_committed(TRANSACTIONS, 0.25, Duration::from_secs(300)).await;
+    let (before_stop, _) = tokio::task::block_in_place(|| s.progress());
     redis.stop();
-    // Records whose effects finished before the stop still commit (their
-    // acknowledgements and the next periodic commit land within a second or
-    // two, longer on a loaded machine); once two readings a second apart
-    // agree, nothing may commit past an unapplied effect.
+    // What may still commit after the stop: records whose Redis effects
+    // finished before it and whose swaps Kafka acknowledges later (a key's
+    // records no longer wait for each other's acknowledgements, so up to the
+    // in-flight budget of every partition can be in that state). Nothing
+    // may commit past a record whose effect was not applied, so the commits
+    // advance by at most that budget, then stop.
+    let budget = 12 * 1_000; // partitions × MAX_IN_FLIGHT_PER_PARTITION
     let stopped = std::time::Instant::now();
     let mut settled = tokio::task::block_in_place(|| s.progress()).0;
-    loop {
+    let mut unchanged = 0;
+    while unchanged < 2 {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let now = tokio::task::block_in_place(|| s.progress()).0;
-        if now == settled {
-            break;
-        }
-        assert!(stopped.elapsed() < Duration::from_secs(20), "commits still advancing 20 s after Redis stopped");
+        unchanged = if now == settled { unchanged + 1 } else { 0 };
+        assert!(stopped.elapsed() < Duration::from_secs(30), "commits still advancing 30 s after Redis stopped");
         settled = now;
     }
     eprintln!("commits settled {:.1} s after Redis stopped", stopped.elapsed().as_secs_f64());
@@ -99,12 +102,16 @@ async fn redis_stopped_under_load_pauses_and_loses_nothing() {
     let fed = feeding.await.expect("feed task");
     wait_drained(&s, fed.records, Duration::from_secs(300)).await;
     assert!(saw_not_ready, "both processors report not-ready while Redis is down");
-    assert_eq!(settled, later, "commits advanced while Redis was down");
+    assert!(
+        later - before_stop <= budget,
+        "commits advanced by {} while Redis was down, more than the in-flight budget {budget}",
+        later - before_stop
+    );
     assert_eq!(a.admin_status("/ready"), 200, "ready again after Redis returns");
     let report = check(&s, &fed).await;
     a.terminate();
     b.terminate();
-    eprintln!("committed once settled: {settled}, 5 s later: {later}");
+    eprintln!("committed at the stop: {before_stop}, once settled: {settled}, 5 s later: {later}");
     report.assert_exactly_once_effects(&s.name);
     assert_eq!(report.duplicate_swap_records, 0, "a Redis outage publishes nothing twice");
     let _ = std::fs::remove_dir_all(tmp);
