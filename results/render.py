@@ -215,6 +215,16 @@ def dist_of(lat):
             (1.0, lat["max_ns"])]
 
 
+def percentile_axis(ax, ylabel):
+    """Log-log axes with the x axis in percentiles (p50 … max)."""
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks([2, 10, 100, 1000, 10000, 100000])
+    ax.set_xticklabels(["p50", "p90", "p99", "p99.9", "p99.99", "max"])
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", alpha=0.3)
+
+
 def plot_contention(r, path):
     comps = [c for c in r["figures"] if c["what"] != "machine_reference"]
     fig, axes = plt.subplots(1, len(comps), figsize=(4.2 * len(comps), 3.8), squeeze=False)
@@ -223,13 +233,8 @@ def plot_contention(r, path):
             dist = dist_of(variant["runs"][1]["latency"])
             qs = [q for q, _ in dist]
             ax.plot([1 / max(1 - q, 1e-5) for q in qs], [ns / 1e3 for _, ns in dist], style, label=variant["name"])
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xticks([2, 10, 100, 1000, 10000, 100000])
-        ax.set_xticklabels(["p50", "p90", "p99", "p99.9", "p99.99", "max"])
+        percentile_axis(ax, "latency per operation, µs (2 threads)")
         ax.set_title(c["what"], fontsize=9)
-        ax.set_ylabel("latency per operation, µs (2 threads)")
-        ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle("Contention: latency distribution before → after")
     fig.tight_layout()
@@ -282,13 +287,8 @@ def plot_stress(reports, path):
         lat = r["figures"]["open_loop"]["latency"] if "open_loop" in r["figures"] else r["figures"]["latency"]
         dist = dist_of(lat)
         ax.plot([1 / max(1 - q, 1e-5) for q, _ in dist], [ns / 1e6 for _, ns in dist], "o-", label=label)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xticks([2, 10, 100, 1000, 10000, 100000])
-    ax.set_xticklabels(["p50", "p90", "p99", "p99.9", "p99.99", "max"])
-    ax.set_ylabel("latency, ms")
+    percentile_axis(ax, "latency, ms")
     ax.set_title("Stress harness: latency distribution per mode")
-    ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)

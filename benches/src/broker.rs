@@ -121,8 +121,8 @@ pub struct RedisFigures {
     pub round_trips_per_1000_records: f64,
     pub commands_per_round_trip: f64,
     /// Connections the processor holds (Redis `connected_clients` with it
-    /// running, minus before it started).
-    pub connections: i64,
+    /// running, minus before it started); not measured while saturated.
+    pub connections: Option<i64>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -199,7 +199,7 @@ pub async fn run(options: &Options) -> Result<Figures> {
     // One more statistics interval, so the producer's counters are current.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let saturated =
-        Sinks { redis: redis_figures(&processor.metrics, n as u64, 0), kafka: kafka_figures(&processor.metrics) };
+        Sinks { redis: redis_figures(&processor.metrics, n as u64, None), kafka: kafka_figures(&processor.metrics) };
     processor.stop().await?;
     let processor_seconds = progress.span_seconds();
     let processor_rate = n as f64 / processor_seconds.max(1e-9);
@@ -318,7 +318,7 @@ async fn open_loop(
     let fed = feeder.join().map_err(|_| anyhow::anyhow!("feeder panicked"))??;
     // One more statistics interval, so the producer's counters are current.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let redis = redis_figures(&metrics, total as u64, connections);
+    let redis = redis_figures(&metrics, total as u64, Some(connections));
     let kafka = kafka_figures(&metrics);
     processor.stop().await?;
 
@@ -344,7 +344,7 @@ async fn open_loop(
     })
 }
 
-fn redis_figures(metrics: &RuntimeMetrics, records: u64, connections: i64) -> RedisFigures {
+fn redis_figures(metrics: &RuntimeMetrics, records: u64, connections: Option<i64>) -> RedisFigures {
     let round_trips = metrics.sink_round_trips.with_label_values(&["redis"]).get();
     let commands = metrics.sink_batch_size.with_label_values(&["redis"]).get_sample_sum() as u64;
     RedisFigures {
@@ -399,7 +399,9 @@ pub fn print(f: &Figures) {
     );
     println!(
         "  redis              {:.2} round trips/1000 records, {:.1} commands/round trip, {} connections",
-        o.redis.round_trips_per_1000_records, o.redis.commands_per_round_trip, o.redis.connections
+        o.redis.round_trips_per_1000_records,
+        o.redis.commands_per_round_trip,
+        o.redis.connections.unwrap_or_default()
     );
     println!("  kafka              {:.1} records/produce request", o.kafka.records_per_produce_request);
     let sat = &b.saturated;

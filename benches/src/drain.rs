@@ -49,6 +49,7 @@ pub async fn run(options: &Options) -> Result<Vec<Round>> {
     let stack = Stack::from_env()?;
     let traffic = Arc::new(Traffic::generate(options.transactions));
     let n = traffic.records.len();
+    let partitioner = balanced(&traffic, options.partitions);
     let io = Duration::from_millis(options.io_ms);
     let extra = [("CONCURRENCY", options.concurrency.to_string())];
     let mut rounds: Vec<Round> = Vec::new();
@@ -71,7 +72,7 @@ pub async fn run(options: &Options) -> Result<Vec<Round>> {
         }
         await_assigned(&instances, options.partitions, Duration::from_secs(120)).await?;
         let started = Instant::now();
-        let feeder = feed(&stack.kafka, &input, balanced(&traffic, options.partitions), traffic.clone(), n, None);
+        let feeder = feed(&stack.kafka, &input, partitioner.clone(), traffic.clone(), n, None);
         await_done(&progress, n as u64, &format!("{k} instance(s) draining"), Duration::from_secs(900)).await?;
         let drain_seconds = started.elapsed().as_secs_f64();
         feeder.join().map_err(|_| anyhow::anyhow!("feeder panicked"))??;

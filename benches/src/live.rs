@@ -180,7 +180,7 @@ impl Schedule {
 /// (from the schedule when there is one, else the handler's own time).
 #[derive(Debug)]
 pub struct Progress {
-    pub done: AtomicU64,
+    done: AtomicU64,
     base: Instant,
     first_ns: AtomicU64,
     last_ns: AtomicU64,

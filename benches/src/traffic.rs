@@ -56,7 +56,7 @@ impl Traffic {
 
     /// The registry's contents: mint → `<decimals>:<symbol>`.
     pub fn tokens(&self) -> std::collections::HashMap<String, String> {
-        self.genesis.tokens().iter().map(|t| (t.mint.clone(), sluice_dex::registry::encode(t))).collect()
+        sluice_dex::registry::entries(&self.genesis.tokens())
     }
 }
 

@@ -72,6 +72,12 @@ pub fn decode(value: &str) -> Option<TokenInfo> {
 }
 
 /// Writes `tokens` into the registry and announces the change.
+/// The registry's entries for `tokens`: mint → `<decimals>:<symbol>`
+/// (what [`publish`] writes; an in-memory registry starts from it).
+pub fn entries(tokens: &[TokenMetadata]) -> std::collections::HashMap<String, String> {
+    tokens.iter().map(|t| (t.mint.clone(), encode(t))).collect()
+}
+
 pub async fn publish(
     conn: &mut impl redis::aio::ConnectionLike,
     prefix: &str,

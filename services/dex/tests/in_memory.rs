@@ -3,7 +3,6 @@
 //! record rebuilds every pool's true state, a replay changes nothing, and
 //! malformed records are classified for the dead-letter topic.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use prost::Message;
@@ -15,8 +14,7 @@ use sluice_runtime::{HandleError, Handler, Record};
 use sluice_service::env::EnvReader;
 
 fn handler(chain: &Chain) -> DexHandler<InMemory> {
-    let tokens: HashMap<String, String> =
-        chain.tokens().iter().map(|t| (t.mint.clone(), sluice_dex::registry::encode(t))).collect();
+    let tokens = sluice_dex::registry::entries(&chain.tokens());
     let config = DexConfig::read(&mut EnvReader::from_vars("X_", Vec::new()));
     DexHandler::with_outputs(config, InMemory::new(tokens), &prometheus::Registry::new()).expect("handler")
 }

@@ -200,7 +200,9 @@ impl RedisSink {
                 healthy: healthy.clone(),
                 scripts: scripts.clone(),
                 max_batch: max_batch.max(1),
-                metrics: metrics.clone(),
+                round_trips: metrics.sink_round_trips.with_label_values(&["redis"]),
+                batch_size: metrics.sink_batch_size.with_label_values(&["redis"]),
+                seconds: metrics.sink_seconds.with_label_values(&["redis"]),
             };
             tokio::spawn(writer.run());
         }
@@ -230,7 +232,10 @@ struct Writer {
     healthy: Arc<AtomicBool>,
     scripts: Arc<Vec<String>>,
     max_batch: usize,
-    metrics: RuntimeMetrics,
+    /// The `sink="redis"` series, resolved once.
+    round_trips: prometheus::IntCounter,
+    batch_size: prometheus::Histogram,
+    seconds: prometheus::Histogram,
 }
 
 impl Writer {
@@ -285,9 +290,9 @@ impl Writer {
             }
             let started = Instant::now();
             let result: RedisResult<Vec<RedisResult<Value>>> = pipe.query_async(&mut conn).await;
-            self.metrics.sink_round_trips.with_label_values(&["redis"]).inc();
-            self.metrics.sink_batch_size.with_label_values(&["redis"]).observe(batch.len() as f64);
-            self.metrics.sink_seconds.with_label_values(&["redis"]).observe(started.elapsed().as_secs_f64());
+            self.round_trips.inc();
+            self.batch_size.observe(batch.len() as f64);
+            self.seconds.observe(started.elapsed().as_secs_f64());
             match result {
                 Ok(replies) => {
                     self.healthy.store(true, Ordering::Relaxed);
