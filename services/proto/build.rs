@@ -5,7 +5,11 @@ use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../../proto");
-    let files = [root.join("sluice/dex/v1/dex.proto"), root.join("sluice/chain/v1/chain.proto")];
+    let files = [
+        root.join("sluice/dex/v1/dex.proto"),
+        root.join("sluice/chain/v1/chain.proto"),
+        root.join("sluice/scheduler/v1/scheduler.proto"),
+    ];
     let descriptors = protox::compile(&files, [&root])?;
     tonic_prost_build::configure()
         .build_client(true)

@@ -29,6 +29,15 @@ enum Command {
         /// Pool states kept per pool for GetPool.
         #[arg(long, env = "SLUICE_CHAINSIM_HISTORY", default_value_t = 50_000)]
         history_per_pool: usize,
+        /// Latency added to every GetPool answer, ms (a real node's query time).
+        #[arg(long, env = "SLUICE_CHAINSIM_GET_POOL_LATENCY_MS", default_value_t = 0)]
+        get_pool_latency_ms: u64,
+        /// Pools whose GetPool answers take `--slow-factor` times the latency
+        /// (comma-separated addresses), to show a sweep that does not wait on them.
+        #[arg(long, env = "SLUICE_CHAINSIM_SLOW_POOLS", value_delimiter = ',')]
+        slow_pools: Vec<String>,
+        #[arg(long, env = "SLUICE_CHAINSIM_SLOW_FACTOR", default_value_t = 100)]
+        slow_factor: u32,
         #[command(flatten)]
         chain: ChainArgs,
     },
@@ -166,11 +175,19 @@ fn init_tracing() {
 async fn main() -> Result<()> {
     init_tracing();
     match Cli::parse().command {
-        Command::Serve { listen, history_per_pool, chain } => {
+        Command::Serve { listen, history_per_pool, get_pool_latency_ms, slow_pools, slow_factor, chain } => {
             let config = chain.config()?;
             let chain = Chain::new(config.clone()).map_err(anyhow::Error::msg)?;
             let (listener, addr) = ChainNode::bind(listen).await.with_context(|| format!("binding {listen}"))?;
-            let node = ChainNode::start(chain, &ServerOptions { history_per_pool });
+            let node = ChainNode::start(
+                chain,
+                &ServerOptions {
+                    history_per_pool,
+                    get_pool_latency: Duration::from_millis(get_pool_latency_ms),
+                    slow_pools,
+                    slow_factor,
+                },
+            );
             tracing::info!(%addr, seed = config.seed, rate = config.tx_per_sec, pools = config.pools, "Chain serving");
             node.serve(listener, shutdown_signal()).await.context("serving gRPC")?;
             tracing::info!("Chain stopped");

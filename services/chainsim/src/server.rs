@@ -38,11 +38,16 @@ const SUBSCRIBER_BUFFER: usize = 4_096;
 pub struct ServerOptions {
     /// Pool states kept per pool for `GetPool` (one per slot that changed it).
     pub history_per_pool: usize,
+    /// Added to every `GetPool` answer (a real node's query time).
+    pub get_pool_latency: Duration,
+    /// Pools whose `GetPool` takes `slow_factor` × the latency.
+    pub slow_pools: Vec<String>,
+    pub slow_factor: u32,
 }
 
 impl Default for ServerOptions {
     fn default() -> Self {
-        Self { history_per_pool: 50_000 }
+        Self { history_per_pool: 50_000, get_pool_latency: Duration::ZERO, slow_pools: Vec::new(), slow_factor: 100 }
     }
 }
 
@@ -59,6 +64,9 @@ struct Shared {
     head: watch::Sender<Option<u64>>,
     genesis_ms: i64,
     slot_ms: u64,
+    get_pool_latency: Duration,
+    slow_pools: std::collections::HashSet<String>,
+    slow_latency: Duration,
 }
 
 /// The running chain node.
@@ -81,6 +89,9 @@ impl ChainNode {
             head,
             genesis_ms: chain.config().genesis_ms,
             slot_ms: chain.config().slot_ms,
+            get_pool_latency: options.get_pool_latency,
+            slow_pools: options.slow_pools.iter().cloned().collect(),
+            slow_latency: options.get_pool_latency * options.slow_factor,
         });
         tokio::spawn(run_head(Arc::clone(&shared), chain));
         Self { shared }
@@ -223,6 +234,14 @@ impl ChainApi for ChainNode {
 
     async fn get_pool(&self, request: Request<GetPoolRequest>) -> Result<Response<PoolState>, Status> {
         let GetPoolRequest { pool, at_slot } = request.into_inner();
+        let latency = if self.shared.slow_pools.contains(&pool) {
+            self.shared.slow_latency
+        } else {
+            self.shared.get_pool_latency
+        };
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
         let index = *self.shared.pool_index.get(&pool).ok_or_else(|| Status::not_found(format!("no pool {pool}")))?;
         let state = self.shared.history.read().unwrap_or_else(|e| e.into_inner()).state_at(index, at_slot).map_err(
             |e| match e {

@@ -138,6 +138,23 @@ impl PoolState {
         }
     }
 
+    /// The state a wire-form state describes (what a chain node's `GetPool`
+    /// answers); an unparsable sqrt price is an error naming it.
+    pub fn from_proto(state: &crate::dex::PoolState) -> Result<Self, String> {
+        let sqrt_price_x64 = match state.sqrt_price_x64.as_str() {
+            "" => 0,
+            raw => raw.parse().map_err(|e| format!("pool {}: sqrt_price_x64 {raw:?}: {e}", state.pool))?,
+        };
+        Ok(Self {
+            reserve_a: state.reserve_a,
+            reserve_b: state.reserve_b,
+            sqrt_price_x64,
+            last_price_ticks: state.last_price_ticks,
+            last_applied: state.last_applied.as_ref().map(Seq::from),
+            swaps_applied: state.swaps_applied,
+        })
+    }
+
     /// The wire form of this state.
     pub fn to_proto(&self, pool: &str, slot: u64, params: &PriceParams) -> crate::dex::PoolState {
         crate::dex::PoolState {
@@ -184,6 +201,29 @@ mod tests {
         assert_eq!(state.apply(&swap(5, 2, 110, 190)), Applied::Changed);
         assert_eq!(state.swaps_applied, 2);
         assert_eq!((state.reserve_a, state.reserve_b), (110, 190));
+    }
+
+    #[test]
+    fn the_wire_form_round_trips() {
+        let params = PriceParams {
+            venue: Venue::ConcentratedLiquidity,
+            decimals_a: 9,
+            decimals_b: 6,
+            tick_size: 0,
+            base_lot_size: 0,
+        };
+        let state = PoolState {
+            reserve_a: 7,
+            reserve_b: 9,
+            sqrt_price_x64: u128::MAX - 3,
+            last_price_ticks: 0,
+            last_applied: Some(Seq { slot: 4, tx_index: 2, ix_index: 1 }),
+            swaps_applied: 11,
+        };
+        assert_eq!(PoolState::from_proto(&state.to_proto("p", 4, &params)), Ok(state));
+        let mut bad = state.to_proto("p", 4, &params);
+        bad.sqrt_price_x64 = "12x".into();
+        assert!(PoolState::from_proto(&bad).expect_err("unparsable").contains("sqrt_price_x64"));
     }
 
     #[test]

@@ -21,3 +21,11 @@ pub mod chain {
         include!(concat!(env!("OUT_DIR"), "/sluice.chain.v1.rs"));
     }
 }
+
+/// The scheduler's admin API.
+pub mod scheduler {
+    /// Version 1 of the admin API.
+    pub mod v1 {
+        include!(concat!(env!("OUT_DIR"), "/sluice.scheduler.v1.rs"));
+    }
+}

@@ -1,0 +1,300 @@
+//! The scheduler's configuration, from `SLUICE_SCHEDULER_…` variables.
+//!
+//! Service settings sit in [`SchedulerConfig::read`]; each job's policies
+//! come from `SLUICE_SCHEDULER_JOB_<NAME>_…` (the job's name upper-cased,
+//! `-` as `_`), with the job's own defaults. Every bad or unknown variable is
+//! reported by name at start.
+
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sluice_proto::scheduler::v1 as api;
+use sluice_service::env::EnvReader;
+
+use crate::schedule::Schedule;
+
+/// What happens to a tick that comes due while the job still runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overlap {
+    /// Recorded as skipped (reason `overlap`).
+    Skip,
+    /// Waits for the running tick, then runs; while one waits, more are skipped.
+    BufferOne,
+}
+
+impl FromStr for Overlap {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "skip" => Ok(Self::Skip),
+            "buffer-one" => Ok(Self::BufferOne),
+            other => Err(format!("expected skip or buffer-one, got {other:?}")),
+        }
+    }
+}
+
+impl Overlap {
+    pub fn to_proto(self) -> api::OverlapPolicy {
+        match self {
+            Self::Skip => api::OverlapPolicy::Skip,
+            Self::BufferOne => api::OverlapPolicy::BufferOne,
+        }
+    }
+}
+
+/// What happens to a tick nobody started on time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Misfire {
+    /// The latest due tick still runs if it is within the catch-up window;
+    /// older unrun ticks are recorded as missed.
+    RunLatest,
+    /// A tick not started within [`ON_TIME`] of its time is recorded as
+    /// missed and not run.
+    Skip,
+}
+
+impl FromStr for Misfire {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "run-latest" => Ok(Self::RunLatest),
+            "skip" => Ok(Self::Skip),
+            other => Err(format!("expected run-latest or skip, got {other:?}")),
+        }
+    }
+}
+
+impl Misfire {
+    pub fn to_proto(self) -> api::MisfirePolicy {
+        match self {
+            Self::RunLatest => api::MisfirePolicy::RunLatest,
+            Self::Skip => api::MisfirePolicy::Skip,
+        }
+    }
+}
+
+/// A tick started this long after its time (plus its jitter) is on time.
+pub const ON_TIME: Duration = Duration::from_secs(1);
+
+/// A job's defaults, declared by the job.
+#[derive(Debug, Clone)]
+pub struct JobDefaults {
+    pub schedule: &'static str,
+    pub enabled: bool,
+    pub timeout: Duration,
+    pub overlap: Overlap,
+}
+
+/// One job's settings.
+#[derive(Debug, Clone)]
+pub struct JobSettings {
+    pub enabled: bool,
+    pub schedule: Schedule,
+    pub overlap: Overlap,
+    pub misfire: Misfire,
+    /// How late a tick may still start under `run-latest`.
+    pub catch_up_window: Duration,
+    /// A run longer than this is stopped and recorded as timed out.
+    pub timeout: Duration,
+    /// Each replica waits up to this long after a tick before claiming it,
+    /// to spread load when many jobs share a second.
+    pub jitter: Duration,
+    /// Paused by configuration (claims nothing; ticks are recorded as skipped).
+    pub paused: bool,
+}
+
+impl JobSettings {
+    /// Reads `JOB_<NAME>_…` with `defaults`. `None` if the schedule is bad
+    /// (the problem is recorded in `env`).
+    pub fn read(env: &mut EnvReader, job: &str, defaults: &JobDefaults) -> Option<Self> {
+        let var = format!("JOB_{}_", job.to_uppercase().replace('-', "_"));
+        let n = |s: &str| format!("{var}{s}");
+        let expression: String = env.or(&n("SCHEDULE"), defaults.schedule.to_string());
+        let schedule = match Schedule::parse(&expression) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                let name = env.name(&n("SCHEDULE"));
+                env.problem(format!("{name}: {e}"));
+                None
+            }
+        };
+        let period = schedule.as_ref().map_or(Duration::from_secs(1), Schedule::period);
+        let settings = Self {
+            enabled: env.or(&n("ENABLED"), defaults.enabled),
+            schedule: schedule?,
+            overlap: env.or(&n("OVERLAP"), defaults.overlap),
+            misfire: env.or(&n("MISFIRE"), Misfire::RunLatest),
+            catch_up_window: env.millis(&n("CATCH_UP_WINDOW_MS"), period),
+            timeout: env.millis(&n("TIMEOUT_MS"), defaults.timeout),
+            jitter: env.millis(&n("JITTER_MS"), Duration::ZERO),
+            paused: env.or(&n("PAUSED"), false),
+        };
+        if settings.timeout.is_zero() {
+            let name = env.name(&n("TIMEOUT_MS"));
+            env.problem(format!("{name} must be above 0"));
+        }
+        if settings.jitter >= period {
+            let name = env.name(&n("JITTER_MS"));
+            env.problem(format!("{name} must be below the schedule's period ({} ms)", period.as_millis()));
+        }
+        Some(settings)
+    }
+
+    /// How long a tick's claim is kept after its run: past the period and
+    /// the catch-up window, so a replica whose ticker or clock is out of
+    /// phase cannot claim it again. (Ticks are also claimed in order, which
+    /// keeps an old tick from being claimed again after the key expires.)
+    pub fn claim_keep(&self) -> Duration {
+        self.schedule.period() + self.catch_up_window.max(ON_TIME)
+    }
+
+    /// How late a tick may still start, under the misfire policy.
+    pub fn start_window(&self) -> Duration {
+        match self.misfire {
+            Misfire::RunLatest => self.catch_up_window.max(ON_TIME),
+            Misfire::Skip => ON_TIME,
+        }
+    }
+}
+
+/// Everything the scheduler needs to run.
+#[derive(Debug, Clone)]
+pub struct SchedulerConfig {
+    pub redis_url: String,
+    /// Prefix of every Redis key (shared with the processors' keys).
+    pub redis_prefix: String,
+    /// The chain node (gRPC), for the token and reconciliation jobs.
+    pub chain_url: String,
+    /// Deadline of each chain request.
+    pub chain_timeout: Duration,
+    /// This replica's name in claims and the run history.
+    pub instance_id: String,
+    pub admin_listen: SocketAddr,
+    pub grpc_listen: SocketAddr,
+    /// Bearer token the admin gRPC API requires (none: open). Never logged.
+    pub admin_token: Option<String>,
+    /// A run's lease; renewed every third of it. A replica that dies holds
+    /// its job this long at most.
+    pub lease_ttl: Duration,
+    /// After a run is cancelled (lease lost, shutdown), how long it may take
+    /// to stop before it is dropped.
+    pub cancel_grace: Duration,
+    /// On SIGTERM: running jobs may finish within this; set below the pod's
+    /// terminationGracePeriodSeconds.
+    pub shutdown_deadline: Duration,
+    /// Run records kept per job, and for how long.
+    pub history_keep: usize,
+    pub history_ttl: Duration,
+    /// Pools the reconciliation checks at once.
+    pub reconcile_concurrency: usize,
+    /// Repair drift found (false: record it only).
+    pub reconcile_repair: bool,
+}
+
+impl SchedulerConfig {
+    pub fn read(env: &mut EnvReader) -> Self {
+        let default_instance = std::env::var("HOSTNAME")
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| format!("scheduler-{}", std::process::id()));
+        let config = Self {
+            // Missing, it is one of the problems `finish` reports.
+            redis_url: env.required("REDIS_URL").unwrap_or_default(),
+            redis_prefix: env.or("REDIS_PREFIX", "sluice:".to_string()),
+            chain_url: env.or("CHAIN_URL", "http://127.0.0.1:50051".to_string()),
+            chain_timeout: env.millis("CHAIN_TIMEOUT_MS", Duration::from_secs(10)),
+            instance_id: env.or("INSTANCE_ID", default_instance),
+            admin_listen: env.or("ADMIN_LISTEN", SocketAddr::from(([0, 0, 0, 0], 9091))),
+            grpc_listen: env.or("GRPC_LISTEN", SocketAddr::from(([0, 0, 0, 0], 50061))),
+            admin_token: env.optional("ADMIN_TOKEN"),
+            lease_ttl: env.millis("LEASE_TTL_MS", Duration::from_secs(5)),
+            cancel_grace: env.millis("CANCEL_GRACE_MS", Duration::from_secs(2)),
+            shutdown_deadline: env.millis("SHUTDOWN_DEADLINE_MS", Duration::from_secs(20)),
+            history_keep: env.or("HISTORY_KEEP", 1000),
+            history_ttl: env.millis("HISTORY_TTL_MS", Duration::from_secs(7 * 86_400)),
+            reconcile_concurrency: env.or("RECONCILE_CONCURRENCY", 8),
+            reconcile_repair: env.or("RECONCILE_REPAIR", true),
+        };
+        if config.lease_ttl < Duration::from_millis(300) {
+            let name = env.name("LEASE_TTL_MS");
+            env.problem(format!("{name} must be at least 300 (it is renewed every third of it)"));
+        }
+        if config.shutdown_deadline <= config.cancel_grace {
+            let (a, b) = (env.name("SHUTDOWN_DEADLINE_MS"), env.name("CANCEL_GRACE_MS"));
+            env.problem(format!("{a} must be above {b}"));
+        }
+        for (name, value) in
+            [("HISTORY_KEEP", config.history_keep), ("RECONCILE_CONCURRENCY", config.reconcile_concurrency)]
+        {
+            if value == 0 {
+                let name = env.name(name);
+                env.problem(format!("{name} must be above 0"));
+            }
+        }
+        if config.instance_id.contains(char::is_whitespace) || config.instance_id.is_empty() {
+            let name = env.name("INSTANCE_ID");
+            env.problem(format!("{name} must be a non-empty name without spaces"));
+        }
+        config
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> EnvReader {
+        EnvReader::from_vars("S_", pairs.iter().map(|(k, v)| (format!("S_{k}"), v.to_string())))
+    }
+
+    const DEFAULTS: JobDefaults = JobDefaults {
+        schedule: "*/30 * * * * *",
+        enabled: true,
+        timeout: Duration::from_secs(60),
+        overlap: Overlap::Skip,
+    };
+
+    #[test]
+    fn job_settings_default_and_override() {
+        let mut e = env(&[
+            ("JOB_POOL_RECONCILE_SCHEDULE", "* * * * * *"),
+            ("JOB_POOL_RECONCILE_OVERLAP", "buffer-one"),
+            ("JOB_POOL_RECONCILE_MISFIRE", "skip"),
+        ]);
+        let s = JobSettings::read(&mut e, "pool-reconcile", &DEFAULTS).expect("valid");
+        assert_eq!((s.overlap, s.misfire), (Overlap::BufferOne, Misfire::Skip));
+        assert_eq!(s.catch_up_window, Duration::from_secs(1), "defaults to the period");
+        assert_eq!(s.start_window(), ON_TIME);
+        let d = JobSettings::read(&mut e, "token-refresh", &DEFAULTS).expect("valid");
+        assert_eq!(
+            (d.schedule.expression(), d.timeout, d.misfire),
+            ("*/30 * * * * *", DEFAULTS.timeout, Misfire::RunLatest)
+        );
+        assert_eq!(d.claim_keep(), Duration::from_secs(60));
+        assert!(e.finish().is_ok());
+    }
+
+    #[test]
+    fn bad_job_settings_name_their_variable() {
+        let mut e = env(&[
+            ("JOB_HEARTBEAT_SCHEDULE", "every minute"),
+            ("JOB_TOKEN_REFRESH_OVERLAP", "queue"),
+            ("JOB_TOKEN_REFRESH_JITTER_MS", "30000"),
+            ("JOB_NOPE_SCHEDULE", "* * * * * *"),
+            ("REDIS_URL", "redis://x"),
+        ]);
+        assert!(JobSettings::read(&mut e, "heartbeat", &DEFAULTS).is_none());
+        let _ = JobSettings::read(&mut e, "token-refresh", &DEFAULTS);
+        let _ = SchedulerConfig::read(&mut e);
+        let text = e.finish().expect_err("problems").to_string();
+        for name in [
+            "S_JOB_HEARTBEAT_SCHEDULE",
+            "S_JOB_TOKEN_REFRESH_OVERLAP",
+            "S_JOB_TOKEN_REFRESH_JITTER_MS",
+            "S_JOB_NOPE_SCHEDULE",
+        ] {
+            assert!(text.contains(name), "{name} missing from: {text}");
+        }
+    }
+}

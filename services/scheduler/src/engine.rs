@@ -1,0 +1,651 @@
+//! The engine: one ticker per job, claims, runs and their leases.
+//!
+//! Each replica ticks every job on its own: it sleeps until the next
+//! nominal tick (tokio's monotonic timer, re-checked against the wall clock
+//! at least every [`WALL_CHECK`]), then tries to claim the latest due tick.
+//! Whoever wins the claim runs it; the others count contention and watch
+//! the tick until its start window closes, taking it over only if the
+//! winner's lease lapses (it died or was paused). A run renews its lease
+//! every third of the lease time and is cancelled when renewal fails.
+//!
+//! Nothing is decided in process memory that another replica must agree
+//! with: claims, overlap, pauses and the run history all live in Redis
+//! ([`crate::store`]).
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{Notify, watch};
+
+use crate::config::{JobSettings, SchedulerConfig};
+use crate::jobs::{Job, Report, RunContext};
+use crate::metrics::Metrics;
+use crate::store::{ClaimOutcome, Claimed, Finish, Intent, RunRecord, Store, Tick};
+
+/// A sleeping ticker looks at the wall clock at least this often, so a
+/// clock step or a suspended host is noticed.
+const WALL_CHECK: Duration = Duration::from_secs(5);
+/// Missed ticks are counted one by one up to this many, then estimated.
+const GAP_COUNT_CAP: u64 = 10_000;
+
+/// Wall-clock now, Unix milliseconds.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// A job with its settings.
+pub struct JobEntry {
+    pub job: Arc<dyn Job>,
+    pub settings: JobSettings,
+}
+
+impl std::fmt::Debug for JobEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobEntry").field("job", &self.job.name()).field("settings", &self.settings).finish()
+    }
+}
+
+/// What a manual trigger did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Triggered {
+    pub tick_ms: i64,
+    pub started: bool,
+    pub reason: String,
+}
+
+/// Why a run was stopped before it ended by itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    Timeout,
+    LeaseLost,
+    Shutdown,
+}
+
+/// The scheduler of one replica.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: SchedulerConfig,
+    store: Store,
+    metrics: Metrics,
+    jobs: Vec<Arc<JobEntry>>,
+    /// Set on shutdown: claim nothing more.
+    stopping: watch::Sender<bool>,
+    /// Set when the shutdown deadline passes: cancel running jobs.
+    cancel_all: watch::Sender<bool>,
+    running: AtomicUsize,
+    run_ended: Notify,
+}
+
+/// Counts a run as in progress until dropped.
+struct RunGuard(Arc<Inner>);
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::SeqCst);
+        self.0.run_ended.notify_waiters();
+    }
+}
+
+impl Engine {
+    pub fn new(config: SchedulerConfig, store: Store, metrics: Metrics, jobs: Vec<JobEntry>) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                config,
+                store,
+                metrics,
+                jobs: jobs.into_iter().map(Arc::new).collect(),
+                stopping: watch::channel(false).0,
+                cancel_all: watch::channel(false).0,
+                running: AtomicUsize::new(0),
+                run_ended: Notify::new(),
+            }),
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    pub fn jobs(&self) -> &[Arc<JobEntry>] {
+        &self.inner.jobs
+    }
+
+    pub fn job(&self, name: &str) -> Option<&Arc<JobEntry>> {
+        self.inner.jobs.iter().find(|e| e.job.name() == name)
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        *self.inner.stopping.borrow()
+    }
+
+    /// Starts a ticker for every enabled job.
+    pub fn start(&self) {
+        for entry in &self.inner.jobs {
+            if entry.settings.enabled {
+                tracing::info!(
+                    job = entry.job.name(),
+                    schedule = entry.settings.schedule.expression(),
+                    next = ?entry.settings.schedule.upcoming(now_ms(), 3),
+                    "Job scheduled (UTC)"
+                );
+                tokio::spawn(Arc::clone(&self.inner).tick_loop(Arc::clone(entry)));
+            } else {
+                tracing::info!(job = entry.job.name(), "Job disabled");
+            }
+        }
+    }
+
+    /// Runs `job` now through the same claim, lease and fencing as a tick.
+    pub async fn trigger_now(&self, job: &str) -> Result<Triggered, String> {
+        let entry = Arc::clone(self.job(job).ok_or_else(|| format!("no job {job:?}"))?);
+        if self.is_stopping() {
+            return Err("the scheduler is shutting down".into());
+        }
+        let tick = Tick { ms: now_ms(), manual: true };
+        let intent = if entry.settings.paused { Intent::Skip("paused") } else { Intent::Run };
+        let claimed = self.inner.claim(&entry, tick, intent).await.map_err(|e| format!("claiming: {e}"))?;
+        let (started, reason) = match &claimed.outcome {
+            ClaimOutcome::Run { .. } => (true, String::new()),
+            ClaimOutcome::Queued => (true, "queued behind the running tick (overlap policy buffer-one)".into()),
+            ClaimOutcome::Skipped { reason } if reason == "overlap" => {
+                (false, "the job is running and its overlap policy does not allow another run".into())
+            }
+            ClaimOutcome::Skipped { reason } => (false, format!("not run: {reason}")),
+            ClaimOutcome::Lost { reason } => (false, format!("not claimed: {reason}")),
+        };
+        Arc::clone(&self.inner).after_claim(&entry, tick, claimed);
+        Ok(Triggered { tick_ms: tick.ms, started, reason })
+    }
+
+    /// SIGTERM: claim nothing more, let runs finish within the shutdown
+    /// deadline, then cancel what still runs (its tick stays open for a peer
+    /// to take over within its window) and release the leases.
+    pub async fn shutdown(&self) {
+        let inner = &self.inner;
+        inner.stopping.send_replace(true);
+        let soft = inner.config.shutdown_deadline.saturating_sub(inner.config.cancel_grace);
+        if !inner.wait_for_runs(soft).await {
+            tracing::warn!(running = inner.running.load(Ordering::SeqCst), "Shutdown deadline: cancelling runs");
+            inner.cancel_all.send_replace(true);
+            inner.wait_for_runs(inner.config.cancel_grace + Duration::from_secs(1)).await;
+        }
+    }
+}
+
+impl Inner {
+    fn track(self: &Arc<Self>) -> RunGuard {
+        self.running.fetch_add(1, Ordering::SeqCst);
+        RunGuard(Arc::clone(self))
+    }
+
+    /// Waits until no run is in progress; false if `limit` passed first.
+    async fn wait_for_runs(&self, limit: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let ended = self.run_ended.notified();
+            if self.running.load(Ordering::SeqCst) == 0 {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, ended).await.is_err() {
+                return self.running.load(Ordering::SeqCst) == 0;
+            }
+        }
+    }
+
+    fn jitter(&self, entry: &JobEntry, tick_ms: i64) -> i64 {
+        let jitter = entry.settings.jitter.as_millis() as u64;
+        if jitter == 0 {
+            return 0;
+        }
+        let mut h = DefaultHasher::new();
+        (&self.config.instance_id, entry.job.name(), tick_ms).hash(&mut h);
+        (h.finish() % jitter) as i64
+    }
+
+    async fn tick_loop(self: Arc<Self>, entry: Arc<JobEntry>) {
+        let schedule = &entry.settings.schedule;
+        let job = entry.job.name();
+        let mut stopping = self.stopping.subscribe();
+        // A tick that came due while no replica ran may still be in its window.
+        let mut cursor = now_ms();
+        if let Some(latest) = schedule.latest_at_or_before(cursor)
+            && cursor - latest <= entry.settings.start_window().as_millis() as i64
+        {
+            self.attempt(&entry, latest).await;
+        }
+        loop {
+            let Some(next) = schedule.next_after(cursor) else {
+                tracing::info!(job, "Schedule has no further ticks");
+                return;
+            };
+            self.metrics.next_tick.with_label_values(&[job]).set(next as f64 / 1000.0);
+            let wake = next + self.jitter(&entry, next);
+            loop {
+                let left = wake - now_ms();
+                if left <= 0 {
+                    break;
+                }
+                let nap = Duration::from_millis(left as u64).min(WALL_CHECK);
+                tokio::select! {
+                    () = tokio::time::sleep(nap) => {}
+                    _ = stopping.wait_for(|s| *s) => return,
+                }
+            }
+            if *stopping.borrow() {
+                return;
+            }
+            // The latest due tick: later than `next` if this replica slept
+            // through several (the ones between are recorded as missed by
+            // whoever claims next).
+            let due = schedule.latest_at_or_before(now_ms()).unwrap_or(next).max(next);
+            cursor = due;
+            self.attempt(&entry, due).await;
+        }
+    }
+
+    async fn claim(&self, entry: &JobEntry, tick: Tick, intent: Intent) -> redis::RedisResult<Claimed> {
+        let settings = &entry.settings;
+        self.store
+            .claim(
+                entry.job.name(),
+                tick,
+                &self.config.instance_id,
+                settings.claim_keep(),
+                self.config.lease_ttl,
+                intent,
+                settings.overlap == crate::config::Overlap::BufferOne,
+            )
+            .await
+    }
+
+    /// Tries to claim scheduled tick `tick_ms` and acts on the outcome.
+    async fn attempt(self: &Arc<Self>, entry: &Arc<JobEntry>, tick_ms: i64) {
+        let job = entry.job.name();
+        let late = now_ms() - tick_ms - self.jitter(entry, tick_ms);
+        let intent = if entry.settings.paused {
+            Intent::Skip("paused")
+        } else if late <= entry.settings.start_window().as_millis() as i64 {
+            Intent::Run
+        } else {
+            Intent::Skip("late")
+        };
+        let tick = Tick { ms: tick_ms, manual: false };
+        match self.claim(entry, tick, intent).await {
+            Ok(claimed) => Arc::clone(self).after_claim(entry, tick, claimed),
+            Err(e) => {
+                self.metrics.errors.with_label_values(&[job, "claim"]).inc();
+                tracing::warn!(job, tick_ms, error = %e, "Claim failed (Redis); the tick is recorded as missed by the next claim");
+            }
+        }
+    }
+
+    fn after_claim(self: Arc<Self>, entry: &Arc<JobEntry>, tick: Tick, claimed: Claimed) {
+        let job = entry.job.name();
+        if claimed.last_success_ms > 0 {
+            self.metrics.last_success.with_label_values(&[job]).set(claimed.last_success_ms as f64 / 1000.0);
+        }
+        let lost = matches!(claimed.outcome, ClaimOutcome::Lost { .. });
+        if !tick.manual && !lost && claimed.previous_tick < tick.ms {
+            tokio::spawn(Arc::clone(&self).record_gap(Arc::clone(entry), claimed.previous_tick, tick.ms));
+        }
+        let entry = Arc::clone(entry);
+        match claimed.outcome {
+            ClaimOutcome::Run { token, takeover } => {
+                self.metrics.paused.with_label_values(&[job]).set(0);
+                tokio::spawn(self.execute(entry, tick, token, takeover));
+            }
+            ClaimOutcome::Queued => {
+                tokio::spawn(self.wait_queued(entry, tick));
+            }
+            ClaimOutcome::Skipped { reason } => {
+                match reason.as_str() {
+                    "late" => self.metrics.ticks_missed.with_label_values(&[job, "late"]).inc(),
+                    "paused" => {
+                        self.metrics.paused.with_label_values(&[job]).set(1);
+                        self.metrics.ticks_skipped.with_label_values(&[job, "paused"]).inc();
+                    }
+                    other => self.metrics.ticks_skipped.with_label_values(&[job, other]).inc(),
+                }
+                let detail = match reason.as_str() {
+                    "late" => format!(
+                        "claimed {} ms after its time, past the start window ({} ms, misfire policy {:?})",
+                        now_ms() - tick.ms,
+                        entry.settings.start_window().as_millis(),
+                        entry.settings.misfire
+                    ),
+                    "overlap" => "the previous run was still going (overlap policy)".into(),
+                    "paused" => "the job is paused".into(),
+                    other => other.to_string(),
+                };
+                let record = RunRecord {
+                    job: job.into(),
+                    tick_ms: tick.ms,
+                    owner: self.config.instance_id.clone(),
+                    started_ms: now_ms(),
+                    ended_ms: now_ms(),
+                    outcome: if reason == "late" { "missed".into() } else { "skipped".into() },
+                    reason: detail,
+                    ticks: 1,
+                    last_tick_ms: tick.ms,
+                    manual: tick.manual,
+                    ..RunRecord::default()
+                };
+                tokio::spawn(async move { self.record(&record).await });
+            }
+            ClaimOutcome::Lost { reason } => {
+                self.metrics.claims_contended.with_label_values(&[job]).inc();
+                if reason == "held" && !tick.manual {
+                    tokio::spawn(self.watch_for_takeover(entry, tick));
+                }
+            }
+        }
+    }
+
+    /// Records the scheduled ticks strictly between `previous` and `tick`
+    /// that nobody claimed (only the claimer of `tick` sees this gap).
+    async fn record_gap(self: Arc<Self>, entry: Arc<JobEntry>, previous: i64, tick: i64) {
+        if previous < 0 {
+            return;
+        }
+        let schedule = &entry.settings.schedule;
+        let (count, last) = schedule.between(previous, tick, GAP_COUNT_CAP);
+        let (Some(first), Some(last)) = (schedule.next_after(previous), last) else { return };
+        if count == 0 {
+            return;
+        }
+        let job = entry.job.name();
+        self.metrics.ticks_missed.with_label_values(&[job, "unclaimed"]).inc_by(count);
+        tracing::warn!(job, count, first, last, "Ticks nobody claimed in time");
+        let now = now_ms();
+        let record = RunRecord {
+            job: job.into(),
+            tick_ms: first,
+            last_tick_ms: last,
+            ticks: count,
+            owner: self.config.instance_id.clone(),
+            started_ms: now,
+            ended_ms: now,
+            outcome: "missed".into(),
+            reason: "no replica claimed these ticks in time (all down, or all late)".into(),
+            ..RunRecord::default()
+        };
+        self.record(&record).await;
+    }
+
+    async fn record(&self, record: &RunRecord) {
+        if let Err(e) = self.store.record(record).await {
+            self.metrics.errors.with_label_values(&[record.job.as_str(), "history"]).inc();
+            tracing::warn!(job = record.job, tick_ms = record.tick_ms, error = %e, "Run history write failed");
+        }
+    }
+
+    /// After losing tick `tick` to a peer: until its start window closes,
+    /// look again every half lease, and take it over if the peer's run died.
+    async fn watch_for_takeover(self: Arc<Self>, entry: Arc<JobEntry>, tick: Tick) {
+        let closes = tick.ms + entry.settings.start_window().as_millis() as i64;
+        let every = (self.config.lease_ttl / 2).max(Duration::from_millis(100));
+        let mut stopping = self.stopping.subscribe();
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(every) => {}
+                _ = stopping.wait_for(|s| *s) => return,
+            }
+            if now_ms() > closes {
+                return;
+            }
+            match self.claim(&entry, tick, Intent::Run).await {
+                Ok(Claimed { outcome: ClaimOutcome::Lost { reason }, .. }) if reason == "held" => {}
+                Ok(claimed) => {
+                    if !matches!(claimed.outcome, ClaimOutcome::Lost { .. }) {
+                        tracing::warn!(job = entry.job.name(), tick_ms = tick.ms, "Taking over a tick whose run died");
+                        Arc::clone(&self).after_claim(&entry, tick, claimed);
+                    }
+                    return;
+                }
+                Err(_) => self.metrics.errors.with_label_values(&[entry.job.name(), "claim"]).inc(),
+            }
+        }
+    }
+
+    /// A tick queued behind the running one (buffer-one): waits for the
+    /// lease, keeping its place alive, then runs.
+    async fn wait_queued(self: Arc<Self>, entry: Arc<JobEntry>, tick: Tick) {
+        let _guard = self.track();
+        let job = entry.job.name();
+        let owner = self.config.instance_id.clone();
+        let queued = RunRecord {
+            job: job.into(),
+            tick_ms: tick.ms,
+            owner: owner.clone(),
+            started_ms: now_ms(),
+            outcome: "queued".into(),
+            reason: "waiting for the running tick (overlap policy buffer-one)".into(),
+            manual: tick.manual,
+            ..RunRecord::default()
+        };
+        self.record(&queued).await;
+        let poll = (self.config.lease_ttl / 3).min(Duration::from_millis(200));
+        let outcome = loop {
+            if *self.stopping.borrow() {
+                let _ = self.store.leave_queue(job, &owner).await;
+                break Err("the scheduler shut down while the tick waited".to_string());
+            }
+            match self.store.start_queued(job, tick, &owner, entry.settings.claim_keep(), self.config.lease_ttl).await {
+                Ok(Ok(Some(token))) => break Ok(token),
+                Ok(Ok(None)) => {}
+                Ok(Err(())) => break Err("lost its place in the queue (its lease lapsed)".to_string()),
+                Err(_) => self.metrics.errors.with_label_values(&[job, "queue"]).inc(),
+            }
+            tokio::time::sleep(poll).await;
+        };
+        if let Err(e) = self.store.forget(job, &queued.id()).await {
+            tracing::debug!(job, error = %e, "Could not drop the queued record");
+        }
+        match outcome {
+            Ok(token) => Arc::clone(&self).execute(entry, tick, token, false).await,
+            Err(reason) => {
+                let record = RunRecord { outcome: "cancelled".into(), reason, ended_ms: now_ms(), ..queued.clone() };
+                self.record(&record).await;
+            }
+        }
+    }
+
+    /// Runs a claimed tick to its end.
+    async fn execute(self: Arc<Self>, entry: Arc<JobEntry>, tick: Tick, token: u64, takeover: bool) {
+        let _guard = self.track();
+        let job = entry.job.name();
+        let settings = &entry.settings;
+        let m = &self.metrics;
+        let owner = self.config.instance_id.clone();
+        let value = format!("{owner}:{token}");
+        let started = now_ms();
+        if takeover {
+            m.takeovers.with_label_values(&[job]).inc();
+        }
+        if !tick.manual {
+            m.start_delay.with_label_values(&[job]).observe((started - tick.ms).max(0) as f64 / 1000.0);
+        }
+        let mut record = RunRecord {
+            job: job.into(),
+            tick_ms: tick.ms,
+            owner: owner.clone(),
+            token,
+            started_ms: started,
+            outcome: "running".into(),
+            reason: if takeover { "took over a tick whose run died".into() } else { String::new() },
+            manual: tick.manual,
+            ..RunRecord::default()
+        };
+        self.record(&record).await;
+        m.running.with_label_values(&[job]).inc();
+        tracing::info!(job, tick_ms = tick.ms, token, takeover, manual = tick.manual, "Run started");
+
+        let (cancel_tx, cancel_rx) = watch::channel(false);
+        let ctx = RunContext::new(
+            job,
+            tick,
+            token,
+            owner.clone(),
+            self.store.keys(job).fence(),
+            self.store.prefix().to_string(),
+            self.store.connection(),
+            cancel_rx,
+        );
+        let (lost_tx, mut lost_rx) = watch::channel(false);
+        let renewer = tokio::spawn(Arc::clone(&self).renew_loop(Arc::clone(&entry), tick, value.clone(), lost_tx));
+        let mut cancel_all = self.cancel_all.subscribe();
+        let run = entry.job.run(&ctx);
+        tokio::pin!(run);
+        let stop = async {
+            tokio::select! {
+                () = tokio::time::sleep(settings.timeout) => Stop::Timeout,
+                _ = lost_rx.wait_for(|l| *l) => Stop::LeaseLost,
+                _ = cancel_all.wait_for(|c| *c) => Stop::Shutdown,
+            }
+        };
+        let (result, stopped) = tokio::select! {
+            result = &mut run => (Some(result), None),
+            why = stop => {
+                // Cooperative first: start nothing new; then drop it.
+                cancel_tx.send_replace(true);
+                (tokio::time::timeout(self.config.cancel_grace, &mut run).await.ok(), Some(why))
+            }
+        };
+        renewer.abort();
+        let refused = ctx.refused_count();
+        let report = match &result {
+            Some(Ok(report)) => report.clone(),
+            _ => Report::default(),
+        };
+        let (mut outcome, mut reason) = match (stopped, &result) {
+            (Some(Stop::LeaseLost), _) => ("lost_claim", "the lease was lost while the run went on".to_string()),
+            (Some(Stop::Timeout), _) => {
+                ("timed_out", format!("ran past its timeout of {} ms", settings.timeout.as_millis()))
+            }
+            (Some(Stop::Shutdown), _) => ("cancelled", "the shutdown deadline passed".to_string()),
+            (None, Some(Err(e))) => ("failed", e.clone()),
+            (None, _) => ("succeeded", String::new()),
+        };
+        if refused > 0 && outcome != "cancelled" {
+            (outcome, reason) = ("lost_claim", format!("{refused} writes refused: a newer run holds the job"));
+        }
+        let ended = now_ms();
+        let finished = self.finish(&entry, tick, token, &value, ended, outcome).await;
+        if outcome == "succeeded" && finished != Some(Finish::Done) {
+            (outcome, reason) = ("lost_claim", "the lease was gone when the run ended".to_string());
+        }
+        if outcome == "lost_claim" {
+            m.claims_lost.with_label_values(&[job]).inc();
+        }
+        m.running.with_label_values(&[job]).dec();
+        m.runs.with_label_values(&[job, outcome]).inc();
+        m.run_duration.with_label_values(&[job]).observe((ended - started).max(0) as f64 / 1000.0);
+        m.stale_writes.with_label_values(&[job]).inc_by(refused);
+        m.items.with_label_values(&[job]).inc_by(report.items);
+        m.drift_found.with_label_values(&[job]).inc_by(report.drift_found);
+        m.drift_repaired.with_label_values(&[job]).inc_by(report.drift_repaired);
+        if outcome == "succeeded" {
+            m.last_success.with_label_values(&[job]).set(ended as f64 / 1000.0);
+        }
+        let mut done = report.item_done.clone();
+        done.sort_unstable();
+        let at = |q: f64| {
+            done.get(((done.len() as f64 * q).ceil() as usize).saturating_sub(1)).map_or(0, |d| d.as_millis() as u64)
+        };
+        record.ended_ms = ended;
+        record.outcome = outcome.into();
+        if !reason.is_empty() {
+            record.reason = reason;
+        }
+        record.items = report.items;
+        record.drift_found = report.drift_found;
+        record.drift_repaired = report.drift_repaired;
+        record.stale_writes = refused;
+        (record.item_done_p50_ms, record.item_done_p95_ms, record.item_done_max_ms) = (at(0.5), at(0.95), at(1.0));
+        tracing::info!(
+            job,
+            tick_ms = tick.ms,
+            token,
+            outcome,
+            duration_ms = ended - started,
+            items = report.items,
+            "Run ended"
+        );
+        self.record(&record).await;
+    }
+
+    /// Marks the run's end in Redis, retrying briefly: a run whose end is
+    /// not recorded looks dead, and a peer could take its tick over.
+    async fn finish(
+        &self,
+        entry: &JobEntry,
+        tick: Tick,
+        token: u64,
+        value: &str,
+        ended: i64,
+        outcome: &str,
+    ) -> Option<Finish> {
+        let job = entry.job.name();
+        let mut delay = Duration::from_millis(100);
+        for _ in 0..5 {
+            match self
+                .store
+                .finish(
+                    job,
+                    tick,
+                    token,
+                    value,
+                    ended,
+                    outcome == "succeeded",
+                    outcome != "cancelled",
+                    entry.settings.claim_keep(),
+                )
+                .await
+            {
+                Ok(finished) => return Some(finished),
+                Err(e) => {
+                    self.metrics.errors.with_label_values(&[job, "finish"]).inc();
+                    tracing::warn!(job, error = %e, "Recording the run's end failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                }
+            }
+        }
+        None
+    }
+
+    /// Renews the run's lease every third of its time; signals `lost` when
+    /// renewal is refused or has failed for a whole lease time.
+    async fn renew_loop(self: Arc<Self>, entry: Arc<JobEntry>, tick: Tick, value: String, lost: watch::Sender<bool>) {
+        let job = entry.job.name();
+        let lease = self.config.lease_ttl;
+        let mut last_ok = tokio::time::Instant::now();
+        loop {
+            tokio::time::sleep(lease / 3).await;
+            match self.store.renew(job, tick, &value, entry.settings.claim_keep(), lease).await {
+                Ok(true) => last_ok = tokio::time::Instant::now(),
+                Ok(false) => {
+                    tracing::warn!(job, tick_ms = tick.ms, "Lease lost: cancelling the run");
+                    lost.send_replace(true);
+                    return;
+                }
+                Err(e) => {
+                    self.metrics.errors.with_label_values(&[job, "renew"]).inc();
+                    if last_ok.elapsed() >= lease {
+                        tracing::warn!(job, error = %e, "Lease not renewed for a whole lease time: cancelling the run");
+                        lost.send_replace(true);
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}

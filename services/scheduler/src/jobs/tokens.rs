@@ -1,0 +1,99 @@
+//! Token-metadata refresh: the chain's token list into the Redis registry
+//! the processors read, and an invalidation message per changed token on
+//! pub/sub, so running processors pick up new or changed tokens without a
+//! restart. The write is fenced: a run that lost its lease cannot put an
+//! older list over a newer run's.
+
+use std::time::Duration;
+
+use redis::Script;
+use sluice_dex::registry;
+use sluice_proto::chain::v1::ListTokensRequest;
+use sluice_proto::chain::v1::chain_client::ChainClient;
+use tonic::transport::Channel;
+
+use super::{Job, Report, RunContext, RunFuture};
+use crate::config::{JobDefaults, Overlap};
+
+/// Writes every changed registry entry and announces each on the
+/// invalidation channel. Returns how many changed, -1 if refused.
+fn script() -> String {
+    format!(
+        "{}
+-- KEYS: fence, registry. ARGV: token, channel, then mint, value pairs
+local changed = 0
+for i = 3, #ARGV, 2 do
+  if redis.call('HGET', KEYS[2], ARGV[i]) ~= ARGV[i + 1] then
+    redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+    redis.call('PUBLISH', ARGV[2], ARGV[i])
+    changed = changed + 1
+  end
+end
+return changed",
+        sluice_coord::FENCE_CHECK
+    )
+}
+
+/// The token-refresh job.
+#[derive(Debug)]
+pub struct TokenRefresh {
+    chain: ChainClient<Channel>,
+    script: Script,
+}
+
+impl TokenRefresh {
+    pub fn new(chain: ChainClient<Channel>) -> Self {
+        Self { chain, script: Script::new(&script()) }
+    }
+
+    async fn refresh(&self, ctx: &RunContext) -> Result<Report, String> {
+        let tokens = self
+            .chain
+            .clone()
+            .list_tokens(ListTokensRequest {})
+            .await
+            .map_err(|e| format!("chain ListTokens: {}", e.message()))?
+            .into_inner()
+            .tokens;
+        let mut invocation = self.script.prepare_invoke();
+        invocation
+            .key(&ctx.fence_key)
+            .key(registry::tokens_key(&ctx.prefix))
+            .arg(ctx.token)
+            .arg(registry::invalidate_channel(&ctx.prefix));
+        for token in &tokens {
+            invocation.arg(&token.mint).arg(registry::encode(token));
+        }
+        let changed: i64 =
+            invocation.invoke_async(&mut ctx.redis.clone()).await.map_err(|e| format!("registry write: {e}"))?;
+        if changed < 0 {
+            ctx.refused();
+        } else if changed > 0 {
+            tracing::info!(changed, tokens = tokens.len(), "Token registry updated");
+        }
+        Ok(Report {
+            items: tokens.len() as u64,
+            drift_found: changed.max(0) as u64,
+            drift_repaired: changed.max(0) as u64,
+            ..Report::default()
+        })
+    }
+}
+
+impl Job for TokenRefresh {
+    fn name(&self) -> &'static str {
+        "token-refresh"
+    }
+
+    fn description(&self) -> &'static str {
+        "Chain ListTokens into the Redis token registry; changed tokens are invalidated in every processor's cache."
+    }
+
+    fn defaults(&self) -> JobDefaults {
+        JobDefaults { schedule: "0 * * * * *", enabled: true, timeout: Duration::from_secs(30), overlap: Overlap::Skip }
+    }
+
+    fn run<'a>(&'a self, ctx: &'a RunContext) -> RunFuture<'a> {
+        Box::pin(self.refresh(ctx))
+    }
+}

@@ -1,0 +1,109 @@
+//! scheduler: owns every periodic job, so processors can scale freely.
+//! Runs as 2+ replicas; each scheduled tick runs once across them.
+//!
+//! Configuration: `SLUICE_SCHEDULER_…` variables (see ARCHITECTURE.md and
+//! `sluice_scheduler::config`); every bad or unknown one is reported by
+//! name and the process exits with status 2.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use sluice_scheduler::config::{JobSettings, SchedulerConfig};
+use sluice_scheduler::engine::{Engine, JobEntry};
+use sluice_scheduler::metrics::Metrics;
+use sluice_scheduler::store::Store;
+use sluice_scheduler::{admin, jobs};
+use sluice_service::env::EnvReader;
+use sluice_service::{signal, telemetry};
+use tokio::sync::watch;
+
+fn main() -> anyhow::Result<()> {
+    telemetry::init();
+    let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
+    let result = tokio.block_on(run());
+    tokio.shutdown_timeout(Duration::from_secs(1));
+    result
+}
+
+async fn run() -> anyhow::Result<()> {
+    let mut env = EnvReader::from_env("SLUICE_SCHEDULER_");
+    let config = SchedulerConfig::read(&mut env);
+    let mut entries = Vec::new();
+    match jobs::builtin(&config) {
+        Ok(jobs) => {
+            for job in jobs {
+                if let Some(settings) = JobSettings::read(&mut env, job.name(), &job.defaults()) {
+                    entries.push(JobEntry { job, settings });
+                }
+            }
+        }
+        Err(e) => env.problem(e),
+    }
+    if let Err(e) = env.finish() {
+        tracing::error!("{e}");
+        std::process::exit(2);
+    }
+
+    let metrics = Metrics::new();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+    let ready = Arc::new(AtomicBool::new(false));
+    let check = Arc::clone(&ready);
+    let (admin_addr, admin_task) = sluice_service::admin::serve(
+        config.admin_listen,
+        metrics.registry.clone(),
+        Arc::new(move || if check.load(Ordering::SeqCst) { Ok(()) } else { Err("not connected to Redis".into()) }),
+        stopped(),
+    )
+    .await
+    .with_context(|| format!("binding the admin port {}", config.admin_listen))?;
+    tracing::info!(%admin_addr, instance = config.instance_id, "Admin HTTP serving");
+
+    let client = redis::Client::open(config.redis_url.as_str()).context("SLUICE_SCHEDULER_REDIS_URL")?;
+    let shutdown = signal::shutdown();
+    tokio::pin!(shutdown);
+    let mut delay = Duration::from_millis(200);
+    let conn = loop {
+        tokio::select! {
+            conn = redis::aio::ConnectionManager::new(client.clone()) => match conn {
+                Ok(conn) => break conn,
+                Err(e) => tracing::warn!(error = %e, "Redis not reachable; retrying"),
+            },
+            () = &mut shutdown => {
+                let _ = stop_tx.send(true);
+                return Ok(());
+            }
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(5));
+    };
+    let store = Store::new(conn, &config.redis_prefix, config.history_keep, config.history_ttl);
+    let engine = Engine::new(config.clone(), store, metrics, entries);
+    let (grpc_addr, grpc_task) =
+        admin::serve(config.grpc_listen, engine.clone(), config.admin_token.clone(), stopped())
+            .await
+            .with_context(|| format!("binding the gRPC port {}", config.grpc_listen))?;
+    tracing::info!(%grpc_addr, auth = config.admin_token.is_some(), "Admin gRPC serving");
+    engine.start();
+    ready.store(true, Ordering::SeqCst);
+
+    shutdown.await;
+    tracing::info!("Shutting down: no new claims; running jobs may finish");
+    ready.store(false, Ordering::SeqCst);
+    engine.shutdown().await;
+    let _ = stop_tx.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        let _ = grpc_task.await;
+        let _ = admin_task.await;
+    })
+    .await;
+    tracing::info!("Scheduler stopped");
+    Ok(())
+}

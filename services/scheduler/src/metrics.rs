@@ -1,0 +1,147 @@
+//! The scheduler's Prometheus metrics (`sluice_scheduler_…`), labelled by
+//! job and outcome or reason only.
+
+use prometheus::{
+    GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, exponential_buckets,
+};
+
+/// Every metric the scheduler exports.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    pub registry: Registry,
+    /// Runs ended, by job and outcome (succeeded, failed, timed_out,
+    /// lost_claim, cancelled).
+    pub runs: IntCounterVec,
+    pub run_duration: HistogramVec,
+    /// Run start after the tick's scheduled time.
+    pub start_delay: HistogramVec,
+    /// End of the job's newest successful run (any replica), Unix seconds.
+    pub last_success: GaugeVec,
+    /// Ticks nobody ran: `unclaimed` (no replica claimed them in time) or
+    /// `late` (claimed past the misfire policy's window).
+    pub ticks_missed: IntCounterVec,
+    /// Ticks not run on purpose: `overlap`, `paused`.
+    pub ticks_skipped: IntCounterVec,
+    /// Writes the fence refused: a run that lost its lease tried to write.
+    pub stale_writes: IntCounterVec,
+    /// Runs whose lease was lost while they ran (renewal refused or lapsed).
+    pub claims_lost: IntCounterVec,
+    /// Ticks another replica claimed first (normal contention).
+    pub claims_contended: IntCounterVec,
+    /// Abandoned ticks this replica took over.
+    pub takeovers: IntCounterVec,
+    pub running: IntGaugeVec,
+    pub paused: IntGaugeVec,
+    pub next_tick: GaugeVec,
+    pub items: IntCounterVec,
+    pub drift_found: IntCounterVec,
+    pub drift_repaired: IntCounterVec,
+    /// Redis or chain calls of the scheduler itself that failed, by operation.
+    pub errors: IntCounterVec,
+}
+
+fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+    registry.register(Box::new(c.clone())).expect("registered once");
+    c
+}
+
+fn gauge(registry: &Registry, name: &str, help: &str) -> GaugeVec {
+    let g = GaugeVec::new(Opts::new(name, help), &["job"]).expect("valid metric");
+    registry.register(Box::new(g.clone())).expect("registered once");
+    g
+}
+
+fn int_gauge(registry: &Registry, name: &str, help: &str) -> IntGaugeVec {
+    let g = IntGaugeVec::new(Opts::new(name, help), &["job"]).expect("valid metric");
+    registry.register(Box::new(g.clone())).expect("registered once");
+    g
+}
+
+fn histogram(registry: &Registry, name: &str, help: &str, start: f64) -> HistogramVec {
+    let buckets = exponential_buckets(start, 2.0, 20).expect("valid buckets");
+    let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), &["job"]).expect("valid metric");
+    registry.register(Box::new(h.clone())).expect("registered once");
+    h
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let r = Registry::new();
+        Self {
+            runs: counter(&r, "sluice_scheduler_runs_total", "Runs ended, by job and outcome.", &["job", "outcome"]),
+            run_duration: histogram(&r, "sluice_scheduler_run_duration_seconds", "Run duration.", 0.005),
+            start_delay: histogram(
+                &r,
+                "sluice_scheduler_start_delay_seconds",
+                "Run start after the tick's scheduled time.",
+                0.001,
+            ),
+            last_success: gauge(
+                &r,
+                "sluice_scheduler_last_success_timestamp_seconds",
+                "End of the job's newest successful run on any replica, Unix seconds.",
+            ),
+            ticks_missed: counter(
+                &r,
+                "sluice_scheduler_ticks_missed_total",
+                "Ticks nobody ran, by reason (unclaimed, late).",
+                &["job", "reason"],
+            ),
+            ticks_skipped: counter(
+                &r,
+                "sluice_scheduler_ticks_skipped_total",
+                "Ticks not run on purpose, by reason (overlap, paused).",
+                &["job", "reason"],
+            ),
+            stale_writes: counter(
+                &r,
+                "sluice_scheduler_stale_writes_rejected_total",
+                "Writes refused because a newer run of the job holds a newer fencing token.",
+                &["job"],
+            ),
+            claims_lost: counter(
+                &r,
+                "sluice_scheduler_claims_lost_total",
+                "Runs whose lease was lost while they ran.",
+                &["job"],
+            ),
+            claims_contended: counter(
+                &r,
+                "sluice_scheduler_claims_contended_total",
+                "Ticks another replica claimed first.",
+                &["job"],
+            ),
+            takeovers: counter(
+                &r,
+                "sluice_scheduler_takeovers_total",
+                "Ticks whose run died, taken over by this replica.",
+                &["job"],
+            ),
+            running: int_gauge(&r, "sluice_scheduler_running", "Runs in progress on this replica."),
+            paused: int_gauge(&r, "sluice_scheduler_paused", "1 while the job is paused."),
+            next_tick: gauge(&r, "sluice_scheduler_next_tick_timestamp_seconds", "The job's next tick, Unix seconds."),
+            items: counter(&r, "sluice_scheduler_items_total", "Items the job's runs processed.", &["job"]),
+            drift_found: counter(
+                &r,
+                "sluice_scheduler_drift_found_total",
+                "Items found to differ from the source of truth.",
+                &["job"],
+            ),
+            drift_repaired: counter(&r, "sluice_scheduler_drift_repaired_total", "Items repaired.", &["job"]),
+            errors: counter(
+                &r,
+                "sluice_scheduler_errors_total",
+                "Failed calls of the scheduler itself, by operation.",
+                &["job", "operation"],
+            ),
+            registry: r,
+        }
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

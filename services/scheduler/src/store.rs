@@ -1,0 +1,580 @@
+//! The scheduler's state in Redis: who runs which tick, with which token,
+//! and what happened. Every transition is one Lua script, so replicas racing
+//! for the same tick see one outcome.
+//!
+//! Keys of job `J` (under the deployment's prefix):
+//! - `sched:J:state` (hash): `last_tick` (the newest scheduled tick claimed:
+//!   ticks are claimed in order, so an older one can never be claimed again,
+//!   however long ago its claim expired), `last_done_tick` (the newest tick
+//!   resolved: run to an end or skipped), `last_success_ms`, `paused`,
+//!   `paused_reason`.
+//! - `sched:J:tick:T` (claim of tick `T`, `owner:token`, or `owner:q` while
+//!   queued behind a running tick, `owner:s` when skipped): kept for the
+//!   period plus the catch-up window after the run, so a replica whose ticker
+//!   or clock is out of phase finds the tick taken.
+//! - `sched:J:running` (`owner:token`, a lease renewed while the run lasts):
+//!   at most one run of a job at a time across replicas; a dead holder's
+//!   lease lapses and a peer may take the tick over within its window.
+//! - `sched:J:queued` (`owner:q`): the one tick waiting (overlap policy
+//!   buffer-one).
+//! - `sched:J:fence`: the fencing counter; every run start draws the next
+//!   token, so a newer token means a newer run started, and a write with an
+//!   older one is refused ([`sluice_coord::FENCE_CHECK`]).
+//! - `sched:J:runs` (sorted set by tick) and `sched:J:run:ID` (a JSON
+//!   [`RunRecord`]): the run history, trimmed to the newest N per job.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::{RedisResult, Script};
+use serde::{Deserialize, Serialize};
+use sluice_coord::FENCE_CHECK;
+
+/// Key names of one job.
+#[derive(Debug, Clone)]
+pub struct JobKeys {
+    base: String,
+}
+
+impl JobKeys {
+    pub fn new(prefix: &str, job: &str) -> Self {
+        Self { base: format!("{prefix}sched:{job}:") }
+    }
+    pub fn state(&self) -> String {
+        format!("{}state", self.base)
+    }
+    pub fn fence(&self) -> String {
+        format!("{}fence", self.base)
+    }
+    pub fn running(&self) -> String {
+        format!("{}running", self.base)
+    }
+    pub fn queued(&self) -> String {
+        format!("{}queued", self.base)
+    }
+    pub fn runs(&self) -> String {
+        format!("{}runs", self.base)
+    }
+    /// Prefix of the run records' keys.
+    pub fn run_prefix(&self) -> String {
+        format!("{}run:", self.base)
+    }
+    /// A scheduled tick's claim; manual runs have their own namespace so
+    /// that triggering never takes a scheduled tick's place.
+    pub fn tick(&self, tick: &Tick) -> String {
+        if tick.manual { format!("{}manual:{}", self.base, tick.ms) } else { format!("{}tick:{}", self.base, tick.ms) }
+    }
+}
+
+/// A tick: a scheduled one (its nominal UTC instant) or a manual trigger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tick {
+    pub ms: i64,
+    pub manual: bool,
+}
+
+/// How the claimer means to treat the tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Intent {
+    Run,
+    /// Resolve it as not run, for this reason (`late`, `paused`).
+    Skip(&'static str),
+}
+
+/// What a claim attempt got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// This replica runs the tick with this fencing token.
+    Run { token: u64, takeover: bool },
+    /// Waiting behind the running tick (buffer-one).
+    Queued,
+    /// This replica resolved the tick as not run, for `reason`
+    /// (`paused`, `overlap`, `late`).
+    Skipped { reason: String },
+    /// Someone else has it (`held`), it was resolved (`done`), or a newer
+    /// tick was claimed (`superseded`).
+    Lost { reason: String },
+}
+
+/// A claim attempt's outcome and the job's state as the script saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    pub outcome: ClaimOutcome,
+    /// The newest scheduled tick claimed before this attempt (-1: none).
+    pub previous_tick: i64,
+    pub last_success_ms: i64,
+}
+
+const CLAIM: &str = r"
+-- KEYS: tick claim, fence, state, running, queued
+-- ARGV: tick, owner, claim ttl, lease ttl, intent, overlap, manual
+local tick = tonumber(ARGV[1])
+local manual = ARGV[7] == '1'
+local st = redis.call('HMGET', KEYS[3], 'last_tick', 'last_done_tick', 'last_success_ms', 'paused')
+local last = tonumber(st[1] or '-1')
+local done = tonumber(st[2] or '-1')
+local success = st[3] or '0'
+local function reply(code, reason) return {code, reason, tostring(last), success} end
+local takeover = 0
+local current = redis.call('GET', KEYS[1])
+if current then
+  -- Only the latest scheduled tick, unresolved, whose run or wait is dead,
+  -- may be taken over.
+  if manual or tick ~= last or done >= tick then return reply(0, 'held') end
+  local mark = string.match(current, ':([^:]+)$')
+  if mark == 's' then return reply(0, 'held') end
+  if mark == 'q' and redis.call('GET', KEYS[5]) == current then return reply(0, 'held') end
+  if mark ~= 'q' and redis.call('GET', KEYS[4]) == current then return reply(0, 'held') end
+  takeover = 1
+elseif not manual then
+  if tick < last then return reply(0, 'superseded') end
+  if tick == last and done >= tick then return reply(0, 'done') end
+end
+if not manual and tick > last then redis.call('HSET', KEYS[3], 'last_tick', ARGV[1]) end
+local function skip(reason)
+  redis.call('SET', KEYS[1], ARGV[2] .. ':s', 'PX', ARGV[3])
+  if not manual and tick > done then redis.call('HSET', KEYS[3], 'last_done_tick', ARGV[1]) end
+  return reply(-2, reason)
+end
+if st[4] == '1' then return skip('paused') end
+if ARGV[5] ~= 'run' then return skip(ARGV[5]) end
+if redis.call('EXISTS', KEYS[4]) == 1 or redis.call('EXISTS', KEYS[5]) == 1 then
+  if ARGV[6] == 'buffer' and redis.call('SET', KEYS[5], ARGV[2] .. ':q', 'NX', 'PX', ARGV[4]) then
+    redis.call('SET', KEYS[1], ARGV[2] .. ':q', 'PX', ARGV[3])
+    return reply(-1, 'queued')
+  end
+  return skip('overlap')
+end
+local token = redis.call('INCR', KEYS[2])
+local value = ARGV[2] .. ':' .. token
+redis.call('SET', KEYS[4], value, 'PX', ARGV[4])
+redis.call('SET', KEYS[1], value, 'PX', ARGV[3])
+return {token, takeover == 1 and 'takeover' or 'claimed', tostring(last), success}
+";
+
+const START_QUEUED: &str = r"
+-- KEYS: running, fence, queued, tick claim. ARGV: owner, lease ttl, claim ttl
+local mine = ARGV[1] .. ':q'
+if redis.call('GET', KEYS[3]) ~= mine or redis.call('GET', KEYS[4]) ~= mine then return -1 end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('PEXPIRE', KEYS[3], ARGV[2])
+  redis.call('PEXPIRE', KEYS[4], ARGV[3])
+  return 0
+end
+local token = redis.call('INCR', KEYS[2])
+local value = ARGV[1] .. ':' .. token
+redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
+redis.call('SET', KEYS[4], value, 'PX', ARGV[3])
+redis.call('DEL', KEYS[3])
+return token
+";
+
+const RENEW: &str = r"
+-- KEYS: running, tick claim. ARGV: owner:token, lease ttl, claim ttl
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('PEXPIRE', KEYS[2], ARGV[3]) end
+return 1
+";
+
+/// The end of a run: fenced, so a run that lost its lease to a newer one
+/// cannot mark anything.
+fn finish_script() -> String {
+    format!(
+        "{FENCE_CHECK}
+-- KEYS: fence, state, tick claim, running
+-- ARGV: token, tick, owner:token, ended ms, succeeded, resolved, manual, keep ms
+if redis.call('GET', KEYS[4]) ~= ARGV[3] then return 0 end
+redis.call('DEL', KEYS[4])
+if ARGV[7] ~= '1' and ARGV[6] == '1' then
+  local done = tonumber(redis.call('HGET', KEYS[2], 'last_done_tick') or '-1')
+  if tonumber(ARGV[2]) > done then redis.call('HSET', KEYS[2], 'last_done_tick', ARGV[2]) end
+end
+if ARGV[5] == '1' then redis.call('HSET', KEYS[2], 'last_success_ms', ARGV[4]) end
+if redis.call('GET', KEYS[3]) == ARGV[3] then redis.call('PEXPIRE', KEYS[3], ARGV[8]) end
+return 1"
+    )
+}
+
+const RECORD: &str = r"
+-- KEYS: runs, run key. ARGV: tick, id, json, ttl ms, keep, run key prefix
+redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
+redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2])
+local excess = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[5])
+if excess > 0 then
+  local old = redis.call('ZRANGE', KEYS[1], 0, excess - 1)
+  for _, id in ipairs(old) do redis.call('DEL', ARGV[6] .. id) end
+  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, excess - 1)
+end
+return 1
+";
+
+/// How a finished run ended, for [`Store::finish`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finish {
+    /// Marked: the lease was still this run's.
+    Done,
+    /// The lease was gone (lapsed) but no newer run started.
+    LostLease,
+    /// A newer run holds a newer token.
+    Stale,
+}
+
+/// One entry of the run history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct RunRecord {
+    pub job: String,
+    pub tick_ms: i64,
+    pub owner: String,
+    pub token: u64,
+    pub started_ms: i64,
+    pub ended_ms: i64,
+    pub outcome: String,
+    #[serde(default)]
+    pub reason: String,
+    #[serde(default)]
+    pub items: u64,
+    #[serde(default)]
+    pub drift_found: u64,
+    #[serde(default)]
+    pub drift_repaired: u64,
+    #[serde(default)]
+    pub stale_writes: u64,
+    #[serde(default)]
+    pub ticks: u64,
+    #[serde(default)]
+    pub last_tick_ms: i64,
+    #[serde(default)]
+    pub manual: bool,
+    #[serde(default)]
+    pub item_done_p50_ms: u64,
+    #[serde(default)]
+    pub item_done_p95_ms: u64,
+    #[serde(default)]
+    pub item_done_max_ms: u64,
+}
+
+impl RunRecord {
+    /// The record's id in the history: a tick can have several records (a
+    /// run taken over carries a new token; missed and skipped ones have none).
+    pub fn id(&self) -> String {
+        let kind = if self.manual { "m" } else { "" };
+        match self.outcome.as_str() {
+            "missed" => format!("{}-missed", self.tick_ms),
+            "skipped" => format!("{kind}{}-skipped", self.tick_ms),
+            "queued" => format!("{kind}{}-queued-{}", self.tick_ms, self.owner),
+            _ => format!("{kind}{}-{}", self.tick_ms, self.token),
+        }
+    }
+}
+
+/// The job state a replica reports (admin API).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobState {
+    pub paused: bool,
+    pub paused_reason: String,
+    pub last_success_ms: i64,
+}
+
+/// Redis access for the scheduler.
+#[derive(Clone)]
+pub struct Store {
+    conn: ConnectionManager,
+    prefix: String,
+    claim: Script,
+    start_queued: Script,
+    renew: Script,
+    finish: Script,
+    record: Script,
+    history_keep: usize,
+    history_ttl: Duration,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("prefix", &self.prefix).finish_non_exhaustive()
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    d.as_millis().clamp(1, u128::from(u64::MAX)) as u64
+}
+
+impl Store {
+    pub fn new(conn: ConnectionManager, prefix: &str, history_keep: usize, history_ttl: Duration) -> Self {
+        Self {
+            conn,
+            prefix: prefix.to_string(),
+            claim: Script::new(CLAIM),
+            start_queued: Script::new(START_QUEUED),
+            renew: Script::new(RENEW),
+            finish: Script::new(&finish_script()),
+            record: Script::new(RECORD),
+            history_keep,
+            history_ttl,
+        }
+    }
+
+    pub fn keys(&self, job: &str) -> JobKeys {
+        JobKeys::new(&self.prefix, job)
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// A connection for jobs (multiplexed; cheap to clone).
+    pub fn connection(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
+    /// Claims `tick` of `job` for `owner`.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn claim(
+        &self,
+        job: &str,
+        tick: Tick,
+        owner: &str,
+        claim_ttl: Duration,
+        lease_ttl: Duration,
+        intent: Intent,
+        buffer_one: bool,
+    ) -> RedisResult<Claimed> {
+        let keys = self.keys(job);
+        let (code, reason, previous, success): (i64, String, String, String) = self
+            .claim
+            .key(keys.tick(&tick))
+            .key(keys.fence())
+            .key(keys.state())
+            .key(keys.running())
+            .key(keys.queued())
+            .arg(tick.ms)
+            .arg(owner)
+            .arg(ms(claim_ttl))
+            .arg(ms(lease_ttl))
+            .arg(match intent {
+                Intent::Run => "run",
+                Intent::Skip(reason) => reason,
+            })
+            .arg(if buffer_one { "buffer" } else { "skip" })
+            .arg(if tick.manual { "1" } else { "0" })
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        let outcome = match code {
+            token if token > 0 => ClaimOutcome::Run { token: token as u64, takeover: reason == "takeover" },
+            -1 => ClaimOutcome::Queued,
+            -2 => ClaimOutcome::Skipped { reason },
+            _ => ClaimOutcome::Lost { reason },
+        };
+        Ok(Claimed {
+            outcome,
+            previous_tick: previous.parse().unwrap_or(-1),
+            last_success_ms: success.parse().unwrap_or(0),
+        })
+    }
+
+    /// For a queued tick: `Some(token)` once it may run, `None` while it
+    /// must wait (this renews its place), an error string if it lost it.
+    pub async fn start_queued(
+        &self,
+        job: &str,
+        tick: Tick,
+        owner: &str,
+        claim_ttl: Duration,
+        lease_ttl: Duration,
+    ) -> RedisResult<Result<Option<u64>, ()>> {
+        let keys = self.keys(job);
+        let token: i64 = self
+            .start_queued
+            .key(keys.running())
+            .key(keys.fence())
+            .key(keys.queued())
+            .key(keys.tick(&tick))
+            .arg(owner)
+            .arg(ms(lease_ttl))
+            .arg(ms(claim_ttl))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(match token {
+            -1 => Err(()),
+            0 => Ok(None),
+            t => Ok(Some(t as u64)),
+        })
+    }
+
+    /// Gives up a queued place (shutdown).
+    pub async fn leave_queue(&self, job: &str, owner: &str) -> RedisResult<()> {
+        let keys = self.keys(job);
+        let script =
+            Script::new("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0");
+        let _: i64 = script.key(keys.queued()).arg(format!("{owner}:q")).invoke_async(&mut self.conn.clone()).await?;
+        Ok(())
+    }
+
+    /// Drops a record from the history.
+    pub async fn forget(&self, job: &str, id: &str) -> RedisResult<()> {
+        let keys = self.keys(job);
+        let _: () = redis::pipe()
+            .zrem(keys.runs(), id)
+            .ignore()
+            .del(format!("{}{id}", keys.run_prefix()))
+            .ignore()
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// Extends a running tick's lease and claim; `false` once it is lost.
+    pub async fn renew(
+        &self,
+        job: &str,
+        tick: Tick,
+        value: &str,
+        claim_ttl: Duration,
+        lease_ttl: Duration,
+    ) -> RedisResult<bool> {
+        let keys = self.keys(job);
+        let renewed: i64 = self
+            .renew
+            .key(keys.running())
+            .key(keys.tick(&tick))
+            .arg(value)
+            .arg(ms(lease_ttl))
+            .arg(ms(claim_ttl))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(renewed == 1)
+    }
+
+    /// Ends a run: frees the job's lease, marks the tick resolved when
+    /// `resolved` (a cancelled run leaves it open for a peer to take over),
+    /// and keeps the tick's claim for `keep`.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn finish(
+        &self,
+        job: &str,
+        tick: Tick,
+        token: u64,
+        value: &str,
+        ended_ms: i64,
+        succeeded: bool,
+        resolved: bool,
+        keep: Duration,
+    ) -> RedisResult<Finish> {
+        let keys = self.keys(job);
+        let result: i64 = self
+            .finish
+            .key(keys.fence())
+            .key(keys.state())
+            .key(keys.tick(&tick))
+            .key(keys.running())
+            .arg(token)
+            .arg(tick.ms)
+            .arg(value)
+            .arg(ended_ms)
+            .arg(if succeeded { "1" } else { "0" })
+            .arg(if resolved { "1" } else { "0" })
+            .arg(if tick.manual { "1" } else { "0" })
+            .arg(ms(keep))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(match result {
+            1 => Finish::Done,
+            -1 => Finish::Stale,
+            _ => Finish::LostLease,
+        })
+    }
+
+    /// Adds or replaces a record in the job's history.
+    pub async fn record(&self, run: &RunRecord) -> RedisResult<()> {
+        let keys = self.keys(&run.job);
+        let id = run.id();
+        let json = serde_json::to_string(run).unwrap_or_default();
+        let _: i64 = self
+            .record
+            .key(keys.runs())
+            .key(format!("{}{id}", keys.run_prefix()))
+            .arg(run.tick_ms)
+            .arg(&id)
+            .arg(json)
+            .arg(ms(self.history_ttl))
+            .arg(self.history_keep)
+            .arg(keys.run_prefix())
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// The newest `limit` records of `job`, newest first. A run still marked
+    /// running (or queued) whose lease is gone is reported as abandoned: its
+    /// replica died or lost the lease without recording an end.
+    pub async fn runs(&self, job: &str, limit: usize) -> RedisResult<Vec<RunRecord>> {
+        let keys = self.keys(job);
+        let mut conn = self.conn.clone();
+        let ids: Vec<String> =
+            redis::cmd("ZREVRANGE").arg(keys.runs()).arg(0).arg(limit.max(1) - 1).query_async(&mut conn).await?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let prefix = keys.run_prefix();
+        let raw: Vec<Option<String>> = redis::cmd("MGET")
+            .arg(ids.iter().map(|id| format!("{prefix}{id}")).collect::<Vec<_>>())
+            .query_async(&mut conn)
+            .await?;
+        let (running, queued): (Option<String>, Option<String>) =
+            redis::pipe().get(keys.running()).get(keys.queued()).query_async(&mut conn).await?;
+        Ok(raw
+            .into_iter()
+            .flatten()
+            .filter_map(|json| serde_json::from_str::<RunRecord>(&json).ok())
+            .map(|mut run| {
+                let alive = match run.outcome.as_str() {
+                    "running" => running.as_deref() == Some(&format!("{}:{}", run.owner, run.token)),
+                    "queued" => queued.as_deref() == Some(&format!("{}:q", run.owner)),
+                    _ => true,
+                };
+                if !alive {
+                    run.reason = format!("{} on {} without an end; its lease lapsed", run.outcome, run.owner);
+                    run.outcome = "abandoned".into();
+                }
+                run
+            })
+            .collect())
+    }
+
+    /// Every record of `job` (tests and audits), oldest first.
+    pub async fn all_runs(&self, job: &str) -> RedisResult<Vec<RunRecord>> {
+        let mut runs = self.runs(job, usize::MAX / 2).await?;
+        runs.reverse();
+        Ok(runs)
+    }
+
+    /// Pause state and last success, as stored.
+    pub async fn job_state(&self, job: &str) -> RedisResult<JobState> {
+        let (paused, reason, success): (Option<String>, Option<String>, Option<i64>) = redis::cmd("HMGET")
+            .arg(self.keys(job).state())
+            .arg("paused")
+            .arg("paused_reason")
+            .arg("last_success_ms")
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(JobState {
+            paused: paused.as_deref() == Some("1"),
+            paused_reason: reason.unwrap_or_default(),
+            last_success_ms: success.unwrap_or(0),
+        })
+    }
+
+    /// Pauses or resumes `job` on every replica.
+    pub async fn set_paused(&self, job: &str, paused: bool, reason: &str) -> RedisResult<()> {
+        let _: () = redis::cmd("HSET")
+            .arg(self.keys(job).state())
+            .arg("paused")
+            .arg(if paused { "1" } else { "0" })
+            .arg("paused_reason")
+            .arg(if paused { reason } else { "" })
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+}
