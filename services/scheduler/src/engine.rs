@@ -23,18 +23,14 @@ use tokio::sync::{Notify, watch};
 use crate::config::{JobSettings, SchedulerConfig};
 use crate::jobs::{Job, Report, RunContext};
 use crate::metrics::Metrics;
-use crate::store::{ClaimOutcome, Claimed, Finish, Intent, RunRecord, Store, Tick};
+pub use crate::store::now_ms;
+use crate::store::{ClaimOutcome, ClaimRequest, Claimed, Finish, Intent, RunRecord, Store, Tick};
 
 /// A sleeping ticker looks at the wall clock at least this often, so a
 /// clock step or a suspended host is noticed.
 const WALL_CHECK: Duration = Duration::from_secs(5);
 /// Missed ticks are counted one by one up to this many, then estimated.
 const GAP_COUNT_CAP: u64 = 10_000;
-
-/// Wall-clock now, Unix milliseconds.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
-}
 
 /// A job with its settings.
 pub struct JobEntry {
@@ -151,7 +147,7 @@ impl Engine {
         }
         let tick = Tick { ms: now_ms(), manual: true };
         let intent = if entry.settings.paused { Intent::Skip("paused") } else { Intent::Run };
-        let claimed = self.inner.claim(&entry, tick, intent).await.map_err(|e| format!("claiming: {e}"))?;
+        let claimed = self.inner.claim(&entry, tick, intent, -1).await.map_err(|e| format!("claiming: {e}"))?;
         let (started, reason) = match &claimed.outcome {
             ClaimOutcome::Run { .. } => (true, String::new()),
             ClaimOutcome::Queued => (true, "queued behind the running tick (overlap policy buffer-one)".into()),
@@ -214,9 +210,12 @@ impl Inner {
         let schedule = &entry.settings.schedule;
         let job = entry.job.name();
         let mut stopping = self.stopping.subscribe();
-        // A tick that came due while no replica ran may still be in its window.
+        // A tick that came due while no replica ran may still be in its
+        // window; a job that never ran before starts with its next tick.
         let mut cursor = now_ms();
+        let has_run = self.store.last_tick(job).await.is_ok_and(|last| last >= 0);
         if let Some(latest) = schedule.latest_at_or_before(cursor)
+            && has_run
             && cursor - latest <= entry.settings.start_window().as_millis() as i64
         {
             self.attempt(&entry, latest).await;
@@ -251,19 +250,66 @@ impl Inner {
         }
     }
 
-    async fn claim(&self, entry: &JobEntry, tick: Tick, intent: Intent) -> redis::RedisResult<Claimed> {
+    /// Claims `tick`; for a scheduled tick, with the record of the ticks
+    /// nobody claimed since `observed_last`.
+    async fn claim(
+        &self,
+        entry: &JobEntry,
+        tick: Tick,
+        intent: Intent,
+        observed_last: i64,
+    ) -> redis::RedisResult<Claimed> {
         let settings = &entry.settings;
+        let skip_detail = match intent {
+            Intent::Skip("late") => format!(
+                "claimed {} ms after its time, past the start window ({} ms, misfire policy {:?})",
+                now_ms() - tick.ms,
+                settings.start_window().as_millis(),
+                settings.misfire
+            ),
+            Intent::Skip("paused") => "the job is paused by configuration".into(),
+            Intent::Skip(other) => other.to_string(),
+            Intent::Run => String::new(),
+        };
+        let gap = if tick.manual { None } else { self.gap(entry, observed_last, tick.ms) };
         self.store
-            .claim(
-                entry.job.name(),
+            .claim(&ClaimRequest {
+                job: entry.job.name(),
                 tick,
-                &self.config.instance_id,
-                settings.claim_keep(),
-                self.config.lease_ttl,
+                owner: &self.config.instance_id,
+                observed_last,
+                gap,
+                claim_ttl: settings.claim_keep(),
+                lease_ttl: self.config.lease_ttl,
                 intent,
-                settings.overlap == crate::config::Overlap::BufferOne,
-            )
+                buffer_one: settings.overlap == crate::config::Overlap::BufferOne,
+                skip_detail,
+            })
             .await
+    }
+
+    /// The `missed` record of the scheduled ticks strictly between
+    /// `previous` and `tick`, if there are any.
+    fn gap(&self, entry: &JobEntry, previous: i64, tick: i64) -> Option<RunRecord> {
+        if previous < 0 {
+            return None;
+        }
+        let schedule = &entry.settings.schedule;
+        let (count, last) = schedule.between(previous, tick, GAP_COUNT_CAP);
+        let first = schedule.next_after(previous)?;
+        let now = now_ms();
+        (count > 0).then(|| RunRecord {
+            job: entry.job.name().into(),
+            tick_ms: first,
+            last_tick_ms: last.unwrap_or(first),
+            ticks: count,
+            owner: self.config.instance_id.clone(),
+            started_ms: now,
+            ended_ms: now,
+            outcome: "missed".into(),
+            reason: "no replica claimed these ticks in time (all down, or all late)".into(),
+            ..RunRecord::default()
+        })
     }
 
     /// Tries to claim scheduled tick `tick_ms` and acts on the outcome.
@@ -278,11 +324,42 @@ impl Inner {
             Intent::Skip("late")
         };
         let tick = Tick { ms: tick_ms, manual: false };
-        match self.claim(entry, tick, intent).await {
-            Ok(claimed) => Arc::clone(self).after_claim(entry, tick, claimed),
+        let mut observed = match self.store.last_tick(job).await {
+            Ok(last) => last,
             Err(e) => {
                 self.metrics.errors.with_label_values(&[job, "claim"]).inc();
-                tracing::warn!(job, tick_ms, error = %e, "Claim failed (Redis); the tick is recorded as missed by the next claim");
+                tracing::warn!(job, tick_ms, error = %e, "Claim failed (Redis); the next claim records the tick as missed");
+                return;
+            }
+        };
+        // A peer may move the job on between the read and the claim; the
+        // claim then says so and is tried again with what it saw.
+        for _ in 0..3 {
+            match self.claim(entry, tick, intent, observed).await {
+                Ok(Claimed { outcome: ClaimOutcome::Lost { reason }, previous_tick, .. }) if reason == "retry" => {
+                    observed = previous_tick;
+                }
+                Ok(claimed) => {
+                    if !matches!(claimed.outcome, ClaimOutcome::Lost { .. })
+                        && let Some(gap) = self.gap(entry, claimed.previous_tick, tick_ms)
+                    {
+                        self.metrics.ticks_missed.with_label_values(&[job, "unclaimed"]).inc_by(gap.ticks);
+                        tracing::warn!(
+                            job,
+                            count = gap.ticks,
+                            first = gap.tick_ms,
+                            last = gap.last_tick_ms,
+                            "Ticks nobody claimed in time"
+                        );
+                    }
+                    Arc::clone(self).after_claim(entry, tick, claimed);
+                    return;
+                }
+                Err(e) => {
+                    self.metrics.errors.with_label_values(&[job, "claim"]).inc();
+                    tracing::warn!(job, tick_ms, error = %e, "Claim failed (Redis); the next claim records the tick as missed");
+                    return;
+                }
             }
         }
     }
@@ -291,10 +368,6 @@ impl Inner {
         let job = entry.job.name();
         if claimed.last_success_ms > 0 {
             self.metrics.last_success.with_label_values(&[job]).set(claimed.last_success_ms as f64 / 1000.0);
-        }
-        let lost = matches!(claimed.outcome, ClaimOutcome::Lost { .. });
-        if !tick.manual && !lost && claimed.previous_tick < tick.ms {
-            tokio::spawn(Arc::clone(&self).record_gap(Arc::clone(entry), claimed.previous_tick, tick.ms));
         }
         let entry = Arc::clone(entry);
         match claimed.outcome {
@@ -305,41 +378,14 @@ impl Inner {
             ClaimOutcome::Queued => {
                 tokio::spawn(self.wait_queued(entry, tick));
             }
-            ClaimOutcome::Skipped { reason } => {
-                match reason.as_str() {
-                    "late" => self.metrics.ticks_missed.with_label_values(&[job, "late"]).inc(),
-                    "paused" => {
-                        self.metrics.paused.with_label_values(&[job]).set(1);
-                        self.metrics.ticks_skipped.with_label_values(&[job, "paused"]).inc();
-                    }
-                    other => self.metrics.ticks_skipped.with_label_values(&[job, other]).inc(),
+            ClaimOutcome::Skipped { reason } => match reason.as_str() {
+                "late" => self.metrics.ticks_missed.with_label_values(&[job, "late"]).inc(),
+                "paused" => {
+                    self.metrics.paused.with_label_values(&[job]).set(1);
+                    self.metrics.ticks_skipped.with_label_values(&[job, "paused"]).inc();
                 }
-                let detail = match reason.as_str() {
-                    "late" => format!(
-                        "claimed {} ms after its time, past the start window ({} ms, misfire policy {:?})",
-                        now_ms() - tick.ms,
-                        entry.settings.start_window().as_millis(),
-                        entry.settings.misfire
-                    ),
-                    "overlap" => "the previous run was still going (overlap policy)".into(),
-                    "paused" => "the job is paused".into(),
-                    other => other.to_string(),
-                };
-                let record = RunRecord {
-                    job: job.into(),
-                    tick_ms: tick.ms,
-                    owner: self.config.instance_id.clone(),
-                    started_ms: now_ms(),
-                    ended_ms: now_ms(),
-                    outcome: if reason == "late" { "missed".into() } else { "skipped".into() },
-                    reason: detail,
-                    ticks: 1,
-                    last_tick_ms: tick.ms,
-                    manual: tick.manual,
-                    ..RunRecord::default()
-                };
-                tokio::spawn(async move { self.record(&record).await });
-            }
+                other => self.metrics.ticks_skipped.with_label_values(&[job, other]).inc(),
+            },
             ClaimOutcome::Lost { reason } => {
                 self.metrics.claims_contended.with_label_values(&[job]).inc();
                 if reason == "held" && !tick.manual {
@@ -347,37 +393,6 @@ impl Inner {
                 }
             }
         }
-    }
-
-    /// Records the scheduled ticks strictly between `previous` and `tick`
-    /// that nobody claimed (only the claimer of `tick` sees this gap).
-    async fn record_gap(self: Arc<Self>, entry: Arc<JobEntry>, previous: i64, tick: i64) {
-        if previous < 0 {
-            return;
-        }
-        let schedule = &entry.settings.schedule;
-        let (count, last) = schedule.between(previous, tick, GAP_COUNT_CAP);
-        let (Some(first), Some(last)) = (schedule.next_after(previous), last) else { return };
-        if count == 0 {
-            return;
-        }
-        let job = entry.job.name();
-        self.metrics.ticks_missed.with_label_values(&[job, "unclaimed"]).inc_by(count);
-        tracing::warn!(job, count, first, last, "Ticks nobody claimed in time");
-        let now = now_ms();
-        let record = RunRecord {
-            job: job.into(),
-            tick_ms: first,
-            last_tick_ms: last,
-            ticks: count,
-            owner: self.config.instance_id.clone(),
-            started_ms: now,
-            ended_ms: now,
-            outcome: "missed".into(),
-            reason: "no replica claimed these ticks in time (all down, or all late)".into(),
-            ..RunRecord::default()
-        };
-        self.record(&record).await;
     }
 
     async fn record(&self, record: &RunRecord) {
@@ -401,7 +416,7 @@ impl Inner {
             if now_ms() > closes {
                 return;
             }
-            match self.claim(&entry, tick, Intent::Run).await {
+            match self.claim(&entry, tick, Intent::Run, tick.ms).await {
                 Ok(Claimed { outcome: ClaimOutcome::Lost { reason }, .. }) if reason == "held" => {}
                 Ok(claimed) => {
                     if !matches!(claimed.outcome, ClaimOutcome::Lost { .. }) {
@@ -421,17 +436,7 @@ impl Inner {
         let _guard = self.track();
         let job = entry.job.name();
         let owner = self.config.instance_id.clone();
-        let queued = RunRecord {
-            job: job.into(),
-            tick_ms: tick.ms,
-            owner: owner.clone(),
-            started_ms: now_ms(),
-            outcome: "queued".into(),
-            reason: "waiting for the running tick (overlap policy buffer-one)".into(),
-            manual: tick.manual,
-            ..RunRecord::default()
-        };
-        self.record(&queued).await;
+        let queued_since = now_ms();
         let poll = (self.config.lease_ttl / 3).min(Duration::from_millis(200));
         let outcome = loop {
             if *self.stopping.borrow() {
@@ -446,13 +451,21 @@ impl Inner {
             }
             tokio::time::sleep(poll).await;
         };
-        if let Err(e) = self.store.forget(job, &queued.id()).await {
-            tracing::debug!(job, error = %e, "Could not drop the queued record");
-        }
         match outcome {
             Ok(token) => Arc::clone(&self).execute(entry, tick, token, false).await,
             Err(reason) => {
-                let record = RunRecord { outcome: "cancelled".into(), reason, ended_ms: now_ms(), ..queued.clone() };
+                // Replaces the queued record the claim wrote (same id).
+                let record = RunRecord {
+                    job: job.into(),
+                    tick_ms: tick.ms,
+                    owner,
+                    started_ms: queued_since,
+                    ended_ms: now_ms(),
+                    outcome: "cancelled".into(),
+                    reason,
+                    manual: tick.manual,
+                    ..RunRecord::default()
+                };
                 self.record(&record).await;
             }
         }
@@ -473,18 +486,17 @@ impl Inner {
         if !tick.manual {
             m.start_delay.with_label_values(&[job]).observe((started - tick.ms).max(0) as f64 / 1000.0);
         }
+        // The claim recorded the run as running; this replaces that record.
         let mut record = RunRecord {
             job: job.into(),
             tick_ms: tick.ms,
             owner: owner.clone(),
             token,
             started_ms: started,
-            outcome: "running".into(),
             reason: if takeover { "took over a tick whose run died".into() } else { String::new() },
             manual: tick.manual,
             ..RunRecord::default()
         };
-        self.record(&record).await;
         m.running.with_label_values(&[job]).inc();
         tracing::info!(job, tick_ms = tick.ms, token, takeover, manual = tick.manual, "Run started");
 

@@ -81,6 +81,28 @@ pub enum Intent {
     Skip(&'static str),
 }
 
+/// A claim attempt.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest<'a> {
+    pub job: &'a str,
+    pub tick: Tick,
+    pub owner: &'a str,
+    /// The newest claimed tick as the caller last saw it; the claim is
+    /// refused with `retry` if it moved (the gap record would be wrong).
+    pub observed_last: i64,
+    /// The ticks between `observed_last` and `tick` nobody claimed, as a
+    /// `missed` record (written only if this claim moves the job on).
+    pub gap: Option<RunRecord>,
+    /// How long the tick's claim lives (kept past the run, see
+    /// [`crate::config::JobSettings::claim_keep`]).
+    pub claim_ttl: Duration,
+    pub lease_ttl: Duration,
+    pub intent: Intent,
+    pub buffer_one: bool,
+    /// The record's reason if the tick is resolved as `intent`'s skip.
+    pub skip_detail: String,
+}
+
 /// What a claim attempt got.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimOutcome {
@@ -91,8 +113,9 @@ pub enum ClaimOutcome {
     /// This replica resolved the tick as not run, for `reason`
     /// (`paused`, `overlap`, `late`).
     Skipped { reason: String },
-    /// Someone else has it (`held`), it was resolved (`done`), or a newer
-    /// tick was claimed (`superseded`).
+    /// Someone else has it (`held`), it was resolved (`done`), a newer
+    /// tick was claimed (`superseded`), or the job moved on since the caller
+    /// looked (`retry`, with the new last tick in `previous_tick`).
     Lost { reason: String },
 }
 
@@ -105,9 +128,32 @@ pub struct Claimed {
     pub last_success_ms: i64,
 }
 
+/// Lua: adds a record to a job's history and trims it to the newest `keep`.
+/// (Record keys are derived from the prefix inside the script: one Redis
+/// primary, no cluster slots.)
+const RECORD_FN: &str = r"
+local function record(runs, prefix, id, score, json, ttl, keep)
+  redis.call('SET', prefix .. id, json, 'PX', ttl)
+  redis.call('ZADD', runs, score, id)
+  local excess = redis.call('ZCARD', runs) - tonumber(keep)
+  if excess > 0 then
+    local old = redis.call('ZRANGE', runs, 0, excess - 1)
+    for _, o in ipairs(old) do redis.call('DEL', prefix .. o) end
+    redis.call('ZREMRANGEBYRANK', runs, 0, excess - 1)
+  end
+end
+";
+
+/// The claim of a tick, with every record it implies written in the same
+/// step (the missed ticks before it, the running, queued or skipped record),
+/// so a replica killed right after claiming leaves nothing unrecorded.
 const CLAIM: &str = r"
--- KEYS: tick claim, fence, state, running, queued
--- ARGV: tick, owner, claim ttl, lease ttl, intent, overlap, manual
+-- KEYS: tick claim, fence, state, running, queued, runs
+-- ARGV: 1 tick, 2 owner, 3 claim ttl, 4 lease ttl, 5 intent, 6 overlap, 7 manual,
+--   8 observed last tick, 9 run key prefix, 10 history ttl, 11 history keep,
+--   12 gap id ('' none), 13 gap score, 14 gap json, 15 running head, 16 running tail,
+--   17 run id head, 18 skip-intent id, 19 skip-intent json, 20 skipped id,
+--   21 skipped-paused json, 22 skipped-overlap json, 23 queued id, 24 queued json
 local tick = tonumber(ARGV[1])
 local manual = ARGV[7] == '1'
 local st = redis.call('HMGET', KEYS[3], 'last_tick', 'last_done_tick', 'last_success_ms', 'paused')
@@ -115,7 +161,8 @@ local last = tonumber(st[1] or '-1')
 local done = tonumber(st[2] or '-1')
 local success = st[3] or '0'
 local function reply(code, reason) return {code, reason, tostring(last), success} end
-local takeover = 0
+local function rec(id, json) record(KEYS[6], ARGV[9], id, ARGV[1], json, ARGV[10], ARGV[11]) end
+local takeover = false
 local current = redis.call('GET', KEYS[1])
 if current then
   -- Only the latest scheduled tick, unresolved, whose run or wait is dead,
@@ -125,35 +172,45 @@ if current then
   if mark == 's' then return reply(0, 'held') end
   if mark == 'q' and redis.call('GET', KEYS[5]) == current then return reply(0, 'held') end
   if mark ~= 'q' and redis.call('GET', KEYS[4]) == current then return reply(0, 'held') end
-  takeover = 1
+  takeover = true
 elseif not manual then
   if tick < last then return reply(0, 'superseded') end
   if tick == last and done >= tick then return reply(0, 'done') end
+  -- The caller computed the missed ticks from the last tick it saw.
+  if last ~= tonumber(ARGV[8]) then return reply(0, 'retry') end
 end
-if not manual and tick > last then redis.call('HSET', KEYS[3], 'last_tick', ARGV[1]) end
-local function skip(reason)
+if not manual and tick > last then
+  redis.call('HSET', KEYS[3], 'last_tick', ARGV[1])
+  if ARGV[12] ~= '' then record(KEYS[6], ARGV[9], ARGV[12], ARGV[13], ARGV[14], ARGV[10], ARGV[11]) end
+end
+local function skip(reason, id, json)
   redis.call('SET', KEYS[1], ARGV[2] .. ':s', 'PX', ARGV[3])
   if not manual and tick > done then redis.call('HSET', KEYS[3], 'last_done_tick', ARGV[1]) end
+  rec(id, json)
   return reply(-2, reason)
 end
-if st[4] == '1' then return skip('paused') end
-if ARGV[5] ~= 'run' then return skip(ARGV[5]) end
+if st[4] == '1' then return skip('paused', ARGV[20], ARGV[21]) end
+if ARGV[5] ~= 'run' then return skip(ARGV[5], ARGV[18], ARGV[19]) end
 if redis.call('EXISTS', KEYS[4]) == 1 or redis.call('EXISTS', KEYS[5]) == 1 then
   if ARGV[6] == 'buffer' and redis.call('SET', KEYS[5], ARGV[2] .. ':q', 'NX', 'PX', ARGV[4]) then
     redis.call('SET', KEYS[1], ARGV[2] .. ':q', 'PX', ARGV[3])
+    rec(ARGV[23], ARGV[24])
     return reply(-1, 'queued')
   end
-  return skip('overlap')
+  return skip('overlap', ARGV[20], ARGV[22])
 end
 local token = redis.call('INCR', KEYS[2])
 local value = ARGV[2] .. ':' .. token
 redis.call('SET', KEYS[4], value, 'PX', ARGV[4])
 redis.call('SET', KEYS[1], value, 'PX', ARGV[3])
-return {token, takeover == 1 and 'takeover' or 'claimed', tostring(last), success}
+rec(ARGV[17] .. token, ARGV[15] .. token .. ARGV[16])
+return {token, takeover and 'takeover' or 'claimed', tostring(last), success}
 ";
 
 const START_QUEUED: &str = r"
--- KEYS: running, fence, queued, tick claim. ARGV: owner, lease ttl, claim ttl
+-- KEYS: running, fence, queued, tick claim, runs
+-- ARGV: 1 owner, 2 lease ttl, 3 claim ttl, 4 run key prefix, 5 history ttl, 6 keep,
+--   7 queued id, 8 running head, 9 running tail, 10 run id head, 11 tick
 local mine = ARGV[1] .. ':q'
 if redis.call('GET', KEYS[3]) ~= mine or redis.call('GET', KEYS[4]) ~= mine then return -1 end
 if redis.call('EXISTS', KEYS[1]) == 1 then
@@ -166,6 +223,9 @@ local value = ARGV[1] .. ':' .. token
 redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
 redis.call('SET', KEYS[4], value, 'PX', ARGV[3])
 redis.call('DEL', KEYS[3])
+redis.call('ZREM', KEYS[5], ARGV[7])
+redis.call('DEL', ARGV[4] .. ARGV[7])
+record(KEYS[5], ARGV[4], ARGV[10] .. token, ARGV[11], ARGV[8] .. token .. ARGV[9], ARGV[5], ARGV[6])
 return token
 ";
 
@@ -197,15 +257,8 @@ return 1"
 }
 
 const RECORD: &str = r"
--- KEYS: runs, run key. ARGV: tick, id, json, ttl ms, keep, run key prefix
-redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
-redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2])
-local excess = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[5])
-if excess > 0 then
-  local old = redis.call('ZRANGE', KEYS[1], 0, excess - 1)
-  for _, id in ipairs(old) do redis.call('DEL', ARGV[6] .. id) end
-  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, excess - 1)
-end
+-- KEYS: runs. ARGV: tick, id, json, ttl ms, keep, run key prefix
+record(KEYS[1], ARGV[6], ARGV[2], ARGV[1], ARGV[3], ARGV[4], ARGV[5])
 return 1
 ";
 
@@ -259,12 +312,26 @@ impl RunRecord {
     /// run taken over carries a new token; missed and skipped ones have none).
     pub fn id(&self) -> String {
         let kind = if self.manual { "m" } else { "" };
-        match self.outcome.as_str() {
-            "missed" => format!("{}-missed", self.tick_ms),
-            "skipped" => format!("{kind}{}-skipped", self.tick_ms),
-            "queued" => format!("{kind}{}-queued-{}", self.tick_ms, self.owner),
-            _ => format!("{kind}{}-{}", self.tick_ms, self.token),
+        match (self.token, self.outcome.as_str()) {
+            (0, "missed") => format!("{}-missed", self.tick_ms),
+            (0, "skipped") => format!("{kind}{}-skipped", self.tick_ms),
+            // Waiting (queued), or given up while waiting.
+            (0, _) => format!("{kind}{}-queued-{}", self.tick_ms, self.owner),
+            (token, _) => format!("{kind}{}-{token}", self.tick_ms),
         }
+    }
+
+    fn json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// The record's JSON split around its token (which only the script
+    /// knows), and its id without the token.
+    fn around_token(&self) -> (String, String, String) {
+        let json = Self { token: 0, ..self.clone() }.json();
+        let (head, tail) = json.split_once("\"token\":0").unwrap_or((&json, ""));
+        let id = Self { token: 1, ..self.clone() }.id();
+        (format!("{head}\"token\":"), tail.to_string(), id[..id.len() - 1].to_string())
     }
 }
 
@@ -296,6 +363,11 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// Wall-clock now, Unix milliseconds.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
 fn ms(d: Duration) -> u64 {
     d.as_millis().clamp(1, u128::from(u64::MAX)) as u64
 }
@@ -305,11 +377,11 @@ impl Store {
         Self {
             conn,
             prefix: prefix.to_string(),
-            claim: Script::new(CLAIM),
-            start_queued: Script::new(START_QUEUED),
+            claim: Script::new(&format!("{RECORD_FN}{CLAIM}")),
+            start_queued: Script::new(&format!("{RECORD_FN}{START_QUEUED}")),
             renew: Script::new(RENEW),
             finish: Script::new(&finish_script()),
-            record: Script::new(RECORD),
+            record: Script::new(&format!("{RECORD_FN}{RECORD}")),
             history_keep,
             history_ttl,
         }
@@ -328,19 +400,53 @@ impl Store {
         self.conn.clone()
     }
 
-    /// Claims `tick` of `job` for `owner`.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn claim(
-        &self,
-        job: &str,
-        tick: Tick,
-        owner: &str,
-        claim_ttl: Duration,
-        lease_ttl: Duration,
-        intent: Intent,
-        buffer_one: bool,
-    ) -> RedisResult<Claimed> {
-        let keys = self.keys(job);
+    /// The newest scheduled tick claimed for `job` (-1: none yet).
+    pub async fn last_tick(&self, job: &str) -> RedisResult<i64> {
+        let last: Option<i64> =
+            redis::cmd("HGET").arg(self.keys(job).state()).arg("last_tick").query_async(&mut self.conn.clone()).await?;
+        Ok(last.unwrap_or(-1))
+    }
+
+    /// Claims a tick (see [`ClaimRequest`]).
+    pub async fn claim(&self, req: &ClaimRequest<'_>) -> RedisResult<Claimed> {
+        let keys = self.keys(req.job);
+        let tick = req.tick;
+        let now = now_ms();
+        let base = RunRecord {
+            job: req.job.to_string(),
+            tick_ms: tick.ms,
+            owner: req.owner.to_string(),
+            started_ms: now,
+            manual: tick.manual,
+            ..RunRecord::default()
+        };
+        let running = RunRecord { outcome: "running".into(), ..base.clone() };
+        let (head, tail, run_id) = running.around_token();
+        let ended = RunRecord { ended_ms: now, ticks: 1, last_tick_ms: tick.ms, ..base.clone() };
+        let intent_reason = match req.intent {
+            Intent::Run => "run",
+            Intent::Skip(reason) => reason,
+        };
+        let skip_intent = RunRecord {
+            outcome: if intent_reason == "late" { "missed".into() } else { "skipped".into() },
+            reason: req.skip_detail.clone(),
+            ..ended.clone()
+        };
+        let paused = RunRecord { outcome: "skipped".into(), reason: "the job is paused".into(), ..ended.clone() };
+        let overlap = RunRecord {
+            outcome: "skipped".into(),
+            reason: "the previous run was still going (overlap policy)".into(),
+            ..ended
+        };
+        let queued = RunRecord {
+            outcome: "queued".into(),
+            reason: "waiting for the running tick (overlap policy buffer-one)".into(),
+            ..base
+        };
+        let (gap_id, gap_score, gap_json) = match &req.gap {
+            Some(gap) => (gap.id(), gap.tick_ms, gap.json()),
+            None => (String::new(), 0, String::new()),
+        };
         let (code, reason, previous, success): (i64, String, String, String) = self
             .claim
             .key(keys.tick(&tick))
@@ -348,16 +454,31 @@ impl Store {
             .key(keys.state())
             .key(keys.running())
             .key(keys.queued())
+            .key(keys.runs())
             .arg(tick.ms)
-            .arg(owner)
-            .arg(ms(claim_ttl))
-            .arg(ms(lease_ttl))
-            .arg(match intent {
-                Intent::Run => "run",
-                Intent::Skip(reason) => reason,
-            })
-            .arg(if buffer_one { "buffer" } else { "skip" })
+            .arg(req.owner)
+            .arg(ms(req.claim_ttl))
+            .arg(ms(req.lease_ttl))
+            .arg(intent_reason)
+            .arg(if req.buffer_one { "buffer" } else { "skip" })
             .arg(if tick.manual { "1" } else { "0" })
+            .arg(req.observed_last)
+            .arg(keys.run_prefix())
+            .arg(ms(self.history_ttl))
+            .arg(self.history_keep)
+            .arg(gap_id)
+            .arg(gap_score)
+            .arg(gap_json)
+            .arg(head)
+            .arg(tail)
+            .arg(run_id)
+            .arg(skip_intent.id())
+            .arg(skip_intent.json())
+            .arg(paused.id())
+            .arg(paused.json())
+            .arg(overlap.json())
+            .arg(queued.id())
+            .arg(queued.json())
             .invoke_async(&mut self.conn.clone())
             .await?;
         let outcome = match code {
@@ -374,7 +495,7 @@ impl Store {
     }
 
     /// For a queued tick: `Some(token)` once it may run, `None` while it
-    /// must wait (this renews its place), an error string if it lost it.
+    /// must wait (this renews its place), `Err` if it lost its place.
     pub async fn start_queued(
         &self,
         job: &str,
@@ -384,15 +505,33 @@ impl Store {
         lease_ttl: Duration,
     ) -> RedisResult<Result<Option<u64>, ()>> {
         let keys = self.keys(job);
+        let base = RunRecord {
+            job: job.to_string(),
+            tick_ms: tick.ms,
+            owner: owner.to_string(),
+            manual: tick.manual,
+            ..RunRecord::default()
+        };
+        let queued_id = RunRecord { outcome: "queued".into(), ..base.clone() }.id();
+        let (head, tail, run_id) = RunRecord { outcome: "running".into(), started_ms: now_ms(), ..base }.around_token();
         let token: i64 = self
             .start_queued
             .key(keys.running())
             .key(keys.fence())
             .key(keys.queued())
             .key(keys.tick(&tick))
+            .key(keys.runs())
             .arg(owner)
             .arg(ms(lease_ttl))
             .arg(ms(claim_ttl))
+            .arg(keys.run_prefix())
+            .arg(ms(self.history_ttl))
+            .arg(self.history_keep)
+            .arg(queued_id)
+            .arg(head)
+            .arg(tail)
+            .arg(run_id)
+            .arg(tick.ms)
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(match token {

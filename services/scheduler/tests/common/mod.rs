@@ -1,0 +1,316 @@
+//! What the scheduler's integration tests share: scheduler replicas as real
+//! processes (so they can be killed, stopped and continued), a chain node
+//! (chainsim) in the test process, and readers of the run history.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sluice_chainsim::server::{ChainNode, ServerOptions};
+use sluice_chainsim::{Chain, ChainConfig};
+use sluice_proto::chain::v1::chain_client::ChainClient;
+use sluice_proto::chain::v1::{GetHeadRequest, GetPoolRequest, ListPoolsRequest};
+use sluice_proto::dex::v1::PoolInfo;
+use sluice_scheduler::store::{RunRecord, Store};
+use tonic::transport::Channel;
+
+/// A free local port (bound, then released for the child to take).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
+
+pub fn now_ms() -> i64 {
+    sluice_scheduler::store::now_ms()
+}
+
+/// A chain node serving in this process.
+pub struct TestChain {
+    pub url: String,
+    pub client: ChainClient<Channel>,
+    pub node: ChainNode,
+}
+
+/// A fast chain (50 ms slots) whose first 40 slots are already due.
+pub fn chain_config(pools: usize) -> ChainConfig {
+    ChainConfig {
+        seed: 7,
+        genesis_ms: now_ms() - 40 * 50,
+        slot_ms: 50,
+        tx_per_sec: 2_000,
+        pools,
+        ..ChainConfig::default()
+    }
+}
+
+pub async fn start_chain(config: ChainConfig, options: ServerOptions) -> TestChain {
+    let chain = Chain::new(config).expect("valid chain config");
+    let (listener, addr) = ChainNode::bind(([127, 0, 0, 1], 0).into()).await.expect("bind");
+    let node = ChainNode::start(chain, &options);
+    tokio::spawn(node.clone().serve(listener, std::future::pending()));
+    let url = format!("http://{addr}");
+    let client = ChainClient::connect(url.clone()).await.expect("connect to chainsim");
+    node.wait_for_slot(1).await;
+    TestChain { url, client, node }
+}
+
+impl TestChain {
+    pub async fn pools(&self) -> Vec<PoolInfo> {
+        self.client.clone().list_pools(ListPoolsRequest {}).await.expect("ListPools").into_inner().pools
+    }
+
+    pub async fn head(&self) -> u64 {
+        self.client.clone().get_head(GetHeadRequest {}).await.expect("GetHead").into_inner().head_slot
+    }
+
+    /// Writes every pool's chain state after `slot` into Redis, in the
+    /// processors' layout, as if processors had applied every swap up to it.
+    pub async fn seed_redis(&self, redis: &mut redis::aio::MultiplexedConnection, prefix: &str, slot: u64) -> usize {
+        let mut seeded = 0;
+        for info in self.pools().await {
+            let state = self
+                .client
+                .clone()
+                .get_pool(GetPoolRequest { pool: info.pool.clone(), at_slot: slot })
+                .await
+                .expect("GetPool")
+                .into_inner();
+            let Some(seq) = state.last_applied else { continue };
+            let key = sluice_dex::state::pool_key(prefix, &info.pool);
+            let mut cmd = redis::cmd("HSET");
+            cmd.arg(&key)
+                .arg("slot")
+                .arg(seq.slot)
+                .arg("tx")
+                .arg(seq.tx_index)
+                .arg("ix")
+                .arg(seq.ix_index)
+                .arg("reserve_a")
+                .arg(state.reserve_a)
+                .arg("reserve_b")
+                .arg(state.reserve_b)
+                .arg("last_price_ticks")
+                .arg(state.last_price_ticks)
+                .arg("swaps_applied")
+                .arg(state.swaps_applied)
+                .arg("price")
+                .arg(format!("{:.12}", state.price))
+                .arg("venue")
+                .arg(state.venue);
+            if !state.sqrt_price_x64.is_empty() {
+                cmd.arg("sqrt_price_x64").arg(&state.sqrt_price_x64);
+            }
+            let () = cmd.query_async(redis).await.expect("HSET");
+            seeded += 1;
+        }
+        seeded
+    }
+
+    /// Pools whose Redis state differs from the chain's at the same slot.
+    pub async fn mismatches(&self, redis: &mut redis::aio::MultiplexedConnection, prefix: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for info in self.pools().await {
+            let Some(ours) = sluice_dex::state::read_pool(redis, prefix, &info.pool).await.expect("read") else {
+                continue;
+            };
+            let slot = ours.last_applied.map_or(0, |s| s.slot);
+            let wire = self
+                .client
+                .clone()
+                .get_pool(GetPoolRequest { pool: info.pool.clone(), at_slot: slot })
+                .await
+                .expect("GetPool")
+                .into_inner();
+            let truth = sluice_core::pool::PoolState::from_proto(&wire).expect("valid state");
+            if truth != ours {
+                out.push(info.pool.clone());
+            }
+        }
+        out
+    }
+}
+
+pub async fn redis() -> redis::aio::MultiplexedConnection {
+    redis::Client::open(sluice_testkit::redis_url())
+        .expect("redis url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connecting to the test stack's Redis")
+}
+
+pub async fn store(prefix: &str) -> Store {
+    let client = redis::Client::open(sluice_testkit::redis_url()).expect("redis url");
+    let conn = redis::aio::ConnectionManager::new(client).await.expect("connecting to Redis");
+    Store::new(conn, prefix, 100_000, Duration::from_secs(3600))
+}
+
+/// A scheduler replica: a real `sluice-scheduler` process.
+pub struct Replica {
+    pub name: String,
+    env: Vec<(String, String)>,
+    pub admin_port: u16,
+    pub grpc_port: u16,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Replica {
+    /// Configures (does not start) replica `name` with `env` (names without
+    /// the `SLUICE_SCHEDULER_` prefix) on top of the test stack's Redis.
+    pub fn new(name: &str, prefix: &str, env: &[(&str, &str)]) -> Self {
+        let admin_port = free_port();
+        let grpc_port = free_port();
+        let mut all: Vec<(String, String)> = vec![
+            ("REDIS_URL".into(), sluice_testkit::redis_url()),
+            ("REDIS_PREFIX".into(), prefix.into()),
+            ("INSTANCE_ID".into(), name.into()),
+            ("ADMIN_LISTEN".into(), format!("127.0.0.1:{admin_port}")),
+            ("GRPC_LISTEN".into(), format!("127.0.0.1:{grpc_port}")),
+        ];
+        all.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let log = std::env::temp_dir().join(format!("{}-{name}.log", prefix.trim_end_matches(':')));
+        Self { name: name.into(), env: all, admin_port, grpc_port, child: None, log }
+    }
+
+    pub fn start(&mut self) {
+        assert!(self.child.is_none(), "{} already running", self.name);
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("log file");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice-scheduler"));
+        cmd.env("SLUICE_LOG_FORMAT", "plain").env("SLUICE_LOG", "info,sluice_scheduler=debug");
+        for (k, v) in &self.env {
+            cmd.env(format!("SLUICE_SCHEDULER_{k}"), v);
+        }
+        let child = cmd.stdout(Stdio::null()).stderr(log).spawn().expect("starting sluice-scheduler");
+        self.child = Some(child);
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill").arg(format!("-{signal}")).arg(self.pid().to_string()).status().expect("kill");
+        assert!(status.success(), "kill -{signal} {}", self.name);
+    }
+
+    /// SIGKILL: no chance to release anything.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    /// SIGTERM and wait for the exit; the exit status and how long it took.
+    pub fn terminate(&mut self, limit: Duration) -> (Option<i32>, Duration) {
+        let started = Instant::now();
+        let Some(mut child) = self.child.take() else { return (None, Duration::ZERO) };
+        let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return (status.code(), started.elapsed());
+            }
+            if started.elapsed() > limit {
+                let _ = child.kill();
+                let _ = child.wait();
+                return (None, started.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits until `/ready` answers 200.
+    pub async fn wait_ready(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if http_get(self.admin_port, "/ready").is_some_and(|(code, _)| code == 200) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{} not ready within {limit:?}; log:\n{}", self.name, self.log_tail());
+    }
+
+    /// A metric's value summed over series whose labels contain `labels`.
+    pub fn metric(&self, name: &str, labels: &str) -> f64 {
+        let (_, body) = http_get(self.admin_port, "/metrics").unwrap_or_else(|| panic!("{} /metrics", self.name));
+        body.lines()
+            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']) && l.contains(labels))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
+    pub fn grpc_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.grpc_port)
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        if let Some(child) = &self.child {
+            let _ = Command::new("kill").arg("-CONT").arg(child.id().to_string()).status();
+        }
+        self.kill();
+    }
+}
+
+/// A plain HTTP/1.0 GET on localhost: status code and body.
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let code = response.split(' ').nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    Some((code, body))
+}
+
+/// Waits until `job`'s history has a record matching `pred`.
+pub async fn wait_for_run(
+    store: &Store,
+    job: &str,
+    limit: Duration,
+    what: &str,
+    pred: impl Fn(&RunRecord) -> bool,
+) -> RunRecord {
+    let deadline = Instant::now() + limit;
+    loop {
+        let runs = store.runs(job, 1000).await.expect("reading runs");
+        if let Some(run) = runs.iter().find(|r| pred(r)) {
+            return run.clone();
+        }
+        assert!(Instant::now() < deadline, "no {job} run {what} within {limit:?}; runs: {runs:#?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Counts per value.
+pub fn tally<'a>(items: impl IntoIterator<Item = &'a str>) -> HashMap<&'a str, usize> {
+    let mut out = HashMap::new();
+    for i in items {
+        *out.entry(i).or_insert(0) += 1;
+    }
+    out
+}
