@@ -126,6 +126,7 @@ impl PoolReconcile {
             return Ok(Verdict::Unverifiable);
         };
         let truth = PoolState::from_proto(&wire)?;
+        tracing::debug!(pool = %info.pool, "Chain state read");
         if truth.last_applied > ours.last_applied {
             return Ok(Verdict::Behind);
         }
@@ -180,6 +181,7 @@ impl PoolReconcile {
             .map_err(|e| format!("chain ListPools: {}", e.message()))?
             .into_inner()
             .pools;
+        tracing::debug!(pools = pools.len(), "Pools listed");
         let (verdicts, item_done) = pipeline(ctx, pools.iter(), self.concurrency, |info| self.check(ctx, info)).await;
         let mut report = Report { items: verdicts.len() as u64, item_done, ..Report::default() };
         let (mut behind, mut unseen, mut unverifiable, mut moved, mut failures) = (0, 0, 0, 0, Vec::new());
