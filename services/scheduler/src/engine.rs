@@ -550,23 +550,6 @@ impl Inner {
             (outcome, reason) = ("lost_claim", format!("{refused} writes refused: a newer run holds the job"));
         }
         let ended = now_ms();
-        let finished = self.finish(&entry, tick, token, &value, ended, outcome).await;
-        if outcome == "succeeded" && finished != Some(Finish::Done) {
-            (outcome, reason) = ("lost_claim", "the lease was gone when the run ended".to_string());
-        }
-        if outcome == "lost_claim" {
-            m.claims_lost.with_label_values(&[job]).inc();
-        }
-        m.running.with_label_values(&[job]).dec();
-        m.runs.with_label_values(&[job, outcome]).inc();
-        m.run_duration.with_label_values(&[job]).observe((ended - started).max(0) as f64 / 1000.0);
-        m.stale_writes.with_label_values(&[job]).inc_by(refused);
-        m.items.with_label_values(&[job]).inc_by(report.items);
-        m.drift_found.with_label_values(&[job]).inc_by(report.drift_found);
-        m.drift_repaired.with_label_values(&[job]).inc_by(report.drift_repaired);
-        if outcome == "succeeded" {
-            m.last_success.with_label_values(&[job]).set(ended as f64 / 1000.0);
-        }
         let mut done = report.item_done.clone();
         done.sort_unstable();
         let at = |q: f64| {
@@ -582,6 +565,23 @@ impl Inner {
         record.drift_repaired = report.drift_repaired;
         record.stale_writes = refused;
         (record.item_done_p50_ms, record.item_done_p95_ms, record.item_done_max_ms) = (at(0.5), at(0.95), at(1.0));
+        let finished = self.finish(&entry, &record, &value).await;
+        if outcome == "succeeded" && finished != Some(Finish::Done) {
+            outcome = "lost_claim";
+        }
+        if outcome == "lost_claim" {
+            m.claims_lost.with_label_values(&[job]).inc();
+        }
+        m.running.with_label_values(&[job]).dec();
+        m.runs.with_label_values(&[job, outcome]).inc();
+        m.run_duration.with_label_values(&[job]).observe((ended - started).max(0) as f64 / 1000.0);
+        m.stale_writes.with_label_values(&[job]).inc_by(refused);
+        m.items.with_label_values(&[job]).inc_by(report.items);
+        m.drift_found.with_label_values(&[job]).inc_by(report.drift_found);
+        m.drift_repaired.with_label_values(&[job]).inc_by(report.drift_repaired);
+        if outcome == "succeeded" {
+            m.last_success.with_label_values(&[job]).set(ended as f64 / 1000.0);
+        }
         tracing::info!(
             job,
             tick_ms = tick.ms,
@@ -591,37 +591,20 @@ impl Inner {
             items = report.items,
             "Run ended"
         );
-        self.record(&record).await;
+        if finished.is_none() {
+            // Redis did not take the end: keep at least the record.
+            self.record(&record).await;
+        }
     }
 
-    /// Marks the run's end in Redis, retrying briefly: a run whose end is
-    /// not recorded looks dead, and a peer could take its tick over.
-    async fn finish(
-        &self,
-        entry: &JobEntry,
-        tick: Tick,
-        token: u64,
-        value: &str,
-        ended: i64,
-        outcome: &str,
-    ) -> Option<Finish> {
+    /// Marks the run's end in Redis with its record, retrying briefly: a
+    /// run whose end is not recorded looks dead, and a peer could take its
+    /// tick over.
+    async fn finish(&self, entry: &JobEntry, record: &RunRecord, value: &str) -> Option<Finish> {
         let job = entry.job.name();
         let mut delay = Duration::from_millis(100);
         for _ in 0..5 {
-            match self
-                .store
-                .finish(
-                    job,
-                    tick,
-                    token,
-                    value,
-                    ended,
-                    outcome == "succeeded",
-                    outcome != "cancelled",
-                    entry.settings.claim_keep(),
-                )
-                .await
-            {
+            match self.store.finish(record, value, record.outcome != "cancelled", entry.settings.claim_keep()).await {
                 Ok(finished) => return Some(finished),
                 Err(e) => {
                     self.metrics.errors.with_label_values(&[job, "finish"]).inc();

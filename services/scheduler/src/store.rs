@@ -28,7 +28,6 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use redis::{RedisResult, Script};
 use serde::{Deserialize, Serialize};
-use sluice_coord::FENCE_CHECK;
 
 /// Key names of one job.
 #[derive(Debug, Clone)]
@@ -237,14 +236,18 @@ if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('PEXPIRE', KEYS[2], ARG
 return 1
 ";
 
-/// The end of a run: fenced, so a run that lost its lease to a newer one
-/// cannot mark anything.
-fn finish_script() -> String {
-    format!(
-        "{FENCE_CHECK}
--- KEYS: fence, state, tick claim, running
--- ARGV: token, tick, owner:token, ended ms, succeeded, resolved, manual, keep ms
-if redis.call('GET', KEYS[4]) ~= ARGV[3] then return 0 end
+/// The end of a run, with its final record written in the same step (so a
+/// reader never sees the lease gone while the record still says running).
+/// Fenced like a job's write: a run that lost its lease to a newer one marks
+/// nothing and is recorded with the `lost` variant.
+const FINISH: &str = r"
+-- KEYS: fence, state, tick claim, running, runs
+-- ARGV: 1 token, 2 tick, 3 owner:token, 4 ended ms, 5 succeeded, 6 resolved, 7 manual,
+--   8 keep ms, 9 run key prefix, 10 history ttl, 11 keep records, 12 id, 13 json, 14 lost json
+local function rec(json) record(KEYS[5], ARGV[9], ARGV[12], ARGV[2], json, ARGV[10], ARGV[11]) end
+local newest = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tonumber(ARGV[1]) < newest then rec(ARGV[14]) return -1 end
+if redis.call('GET', KEYS[4]) ~= ARGV[3] then rec(ARGV[14]) return 0 end
 redis.call('DEL', KEYS[4])
 if ARGV[7] ~= '1' and ARGV[6] == '1' then
   local done = tonumber(redis.call('HGET', KEYS[2], 'last_done_tick') or '-1')
@@ -252,9 +255,9 @@ if ARGV[7] ~= '1' and ARGV[6] == '1' then
 end
 if ARGV[5] == '1' then redis.call('HSET', KEYS[2], 'last_success_ms', ARGV[4]) end
 if redis.call('GET', KEYS[3]) == ARGV[3] then redis.call('PEXPIRE', KEYS[3], ARGV[8]) end
-return 1"
-    )
-}
+rec(ARGV[13])
+return 1
+";
 
 const RECORD: &str = r"
 -- KEYS: runs. ARGV: tick, id, json, ttl ms, keep, run key prefix
@@ -380,7 +383,7 @@ impl Store {
             claim: Script::new(&format!("{RECORD_FN}{CLAIM}")),
             start_queued: Script::new(&format!("{RECORD_FN}{START_QUEUED}")),
             renew: Script::new(RENEW),
-            finish: Script::new(&finish_script()),
+            finish: Script::new(&format!("{RECORD_FN}{FINISH}")),
             record: Script::new(&format!("{RECORD_FN}{RECORD}")),
             history_keep,
             history_ttl,
@@ -550,19 +553,6 @@ impl Store {
         Ok(())
     }
 
-    /// Drops a record from the history.
-    pub async fn forget(&self, job: &str, id: &str) -> RedisResult<()> {
-        let keys = self.keys(job);
-        let _: () = redis::pipe()
-            .zrem(keys.runs(), id)
-            .ignore()
-            .del(format!("{}{id}", keys.run_prefix()))
-            .ignore()
-            .query_async(&mut self.conn.clone())
-            .await?;
-        Ok(())
-    }
-
     /// Extends a running tick's lease and claim; `false` once it is lost.
     pub async fn renew(
         &self,
@@ -587,34 +577,42 @@ impl Store {
 
     /// Ends a run: frees the job's lease, marks the tick resolved when
     /// `resolved` (a cancelled run leaves it open for a peer to take over),
-    /// and keeps the tick's claim for `keep`.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn finish(
-        &self,
-        job: &str,
-        tick: Tick,
-        token: u64,
-        value: &str,
-        ended_ms: i64,
-        succeeded: bool,
-        resolved: bool,
-        keep: Duration,
-    ) -> RedisResult<Finish> {
-        let keys = self.keys(job);
+    /// keeps the tick's claim for `keep`, and writes `run` as the final
+    /// record, or, if the lease was no longer this run's, `run` as
+    /// `lost_claim` (when it claimed success).
+    pub async fn finish(&self, run: &RunRecord, value: &str, resolved: bool, keep: Duration) -> RedisResult<Finish> {
+        let keys = self.keys(&run.job);
+        let tick = Tick { ms: run.tick_ms, manual: run.manual };
+        let lost = if run.outcome == "succeeded" {
+            RunRecord {
+                outcome: "lost_claim".into(),
+                reason: "the lease was gone when the run ended".into(),
+                ..run.clone()
+            }
+        } else {
+            run.clone()
+        };
         let result: i64 = self
             .finish
             .key(keys.fence())
             .key(keys.state())
             .key(keys.tick(&tick))
             .key(keys.running())
-            .arg(token)
+            .key(keys.runs())
+            .arg(run.token)
             .arg(tick.ms)
             .arg(value)
-            .arg(ended_ms)
-            .arg(if succeeded { "1" } else { "0" })
+            .arg(run.ended_ms)
+            .arg(if run.outcome == "succeeded" { "1" } else { "0" })
             .arg(if resolved { "1" } else { "0" })
             .arg(if tick.manual { "1" } else { "0" })
             .arg(ms(keep))
+            .arg(keys.run_prefix())
+            .arg(ms(self.history_ttl))
+            .arg(self.history_keep)
+            .arg(run.id())
+            .arg(run.json())
+            .arg(lost.json())
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(match result {
@@ -656,12 +654,16 @@ impl Store {
             return Ok(Vec::new());
         }
         let prefix = keys.run_prefix();
-        let raw: Vec<Option<String>> = redis::cmd("MGET")
+        // Records and leases in one atomic read: a run that ends in between
+        // must not look abandoned.
+        let (raw, running, queued): (Vec<Option<String>>, Option<String>, Option<String>) = redis::pipe()
+            .atomic()
+            .cmd("MGET")
             .arg(ids.iter().map(|id| format!("{prefix}{id}")).collect::<Vec<_>>())
+            .get(keys.running())
+            .get(keys.queued())
             .query_async(&mut conn)
             .await?;
-        let (running, queued): (Option<String>, Option<String>) =
-            redis::pipe().get(keys.running()).get(keys.queued()).query_async(&mut conn).await?;
         Ok(raw
             .into_iter()
             .flatten()
