@@ -314,3 +314,37 @@ pub fn tally<'a>(items: impl IntoIterator<Item = &'a str>) -> HashMap<&'a str, u
     }
     out
 }
+
+/// A scheduler engine in this process (for policy tests that need no
+/// process boundary), with `jobs` and their `SLUICE_SCHEDULER_…` settings
+/// from `env` (names without the prefix).
+pub async fn engine(
+    instance: &str,
+    prefix: &str,
+    env: &[(&str, &str)],
+    jobs: Vec<std::sync::Arc<dyn sluice_scheduler::jobs::Job>>,
+) -> sluice_scheduler::engine::Engine {
+    use sluice_scheduler::config::{JobSettings, SchedulerConfig};
+    use sluice_scheduler::engine::{Engine, JobEntry};
+    let mut vars: Vec<(String, String)> = vec![
+        ("S_REDIS_URL".into(), sluice_testkit::redis_url()),
+        ("S_REDIS_PREFIX".into(), prefix.into()),
+        ("S_INSTANCE_ID".into(), instance.into()),
+    ];
+    vars.extend(env.iter().map(|(k, v)| (format!("S_{k}"), v.to_string())));
+    let mut reader = sluice_service::env::EnvReader::from_vars("S_", vars);
+    let config = SchedulerConfig::read(&mut reader);
+    let entries: Vec<JobEntry> = jobs
+        .into_iter()
+        .map(|job| {
+            let settings = JobSettings::read(&mut reader, job.name(), &job.defaults()).expect("valid schedule");
+            JobEntry { job, settings }
+        })
+        .collect();
+    reader.finish().expect("valid test configuration");
+    let store = store(prefix).await;
+    let store = Store::new(store.connection(), prefix, config.history_keep, config.history_ttl);
+    let engine = Engine::new(config, store, sluice_scheduler::metrics::Metrics::new(), entries);
+    engine.start();
+    engine
+}
