@@ -71,13 +71,14 @@ pub fn decode(value: &str) -> Option<TokenInfo> {
     Some(TokenInfo { decimals, symbol: Symbol::new(symbol) })
 }
 
-/// Writes `tokens` into the registry and announces the change.
 /// The registry's entries for `tokens`: mint → `<decimals>:<symbol>`
 /// (what [`publish`] writes; an in-memory registry starts from it).
 pub fn entries(tokens: &[TokenMetadata]) -> std::collections::HashMap<String, String> {
     tokens.iter().map(|t| (t.mint.clone(), encode(t))).collect()
 }
 
+/// Writes `tokens` into the registry and announces the change (tests and
+/// benches; deployments have the scheduler's token-refresh job do it).
 pub async fn publish(
     conn: &mut impl redis::aio::ConnectionLike,
     prefix: &str,
