@@ -38,6 +38,19 @@ pub struct JobEntry {
     pub settings: JobSettings,
 }
 
+impl JobEntry {
+    /// Every job with its settings from `env` (`JOB_<NAME>_…`); a job whose
+    /// settings are bad is left out and the problem recorded in `env`.
+    pub fn read_all(env: &mut sluice_service::env::EnvReader, jobs: Vec<Arc<dyn Job>>) -> Vec<JobEntry> {
+        jobs.into_iter()
+            .filter_map(|job| {
+                let settings = JobSettings::read(env, job.name(), &job.defaults())?;
+                Some(JobEntry { job, settings })
+            })
+            .collect()
+    }
+}
+
 impl std::fmt::Debug for JobEntry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("JobEntry").field("job", &self.job.name()).field("settings", &self.settings).finish()

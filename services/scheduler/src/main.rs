@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
-use sluice_scheduler::config::{JobSettings, SchedulerConfig};
+use sluice_scheduler::config::SchedulerConfig;
 use sluice_scheduler::engine::{Engine, JobEntry};
 use sluice_scheduler::metrics::Metrics;
 use sluice_scheduler::store::Store;
@@ -30,17 +30,13 @@ fn main() -> anyhow::Result<()> {
 async fn run() -> anyhow::Result<()> {
     let mut env = EnvReader::from_env("SLUICE_SCHEDULER_");
     let config = SchedulerConfig::read(&mut env);
-    let mut entries = Vec::new();
-    match jobs::builtin(&config) {
-        Ok(jobs) => {
-            for job in jobs {
-                if let Some(settings) = JobSettings::read(&mut env, job.name(), &job.defaults()) {
-                    entries.push(JobEntry { job, settings });
-                }
-            }
+    let entries = match jobs::builtin(&config) {
+        Ok(jobs) => JobEntry::read_all(&mut env, jobs),
+        Err(e) => {
+            env.problem(e);
+            Vec::new()
         }
-        Err(e) => env.problem(e),
-    }
+    };
     if let Err(e) = env.finish() {
         tracing::error!("{e}");
         std::process::exit(2);

@@ -324,7 +324,7 @@ pub async fn engine(
     env: &[(&str, &str)],
     jobs: Vec<std::sync::Arc<dyn sluice_scheduler::jobs::Job>>,
 ) -> sluice_scheduler::engine::Engine {
-    use sluice_scheduler::config::{JobSettings, SchedulerConfig};
+    use sluice_scheduler::config::SchedulerConfig;
     use sluice_scheduler::engine::{Engine, JobEntry};
     let mut vars: Vec<(String, String)> = vec![
         ("S_REDIS_URL".into(), sluice_testkit::redis_url()),
@@ -334,13 +334,7 @@ pub async fn engine(
     vars.extend(env.iter().map(|(k, v)| (format!("S_{k}"), v.to_string())));
     let mut reader = sluice_service::env::EnvReader::from_vars("S_", vars);
     let config = SchedulerConfig::read(&mut reader);
-    let entries: Vec<JobEntry> = jobs
-        .into_iter()
-        .map(|job| {
-            let settings = JobSettings::read(&mut reader, job.name(), &job.defaults()).expect("valid schedule");
-            JobEntry { job, settings }
-        })
-        .collect();
+    let entries = JobEntry::read_all(&mut reader, jobs);
     reader.finish().expect("valid test configuration");
     let store = store(prefix).await;
     let store = Store::new(store.connection(), prefix, config.history_keep, config.history_ttl);
