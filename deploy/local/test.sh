@@ -56,10 +56,14 @@ if io=$(grep -E '^(tokio|rdkafka|redis|tonic|hyper|axum) ' <<<"$core_deps"); the
 fi
 echo "sluice-core depends on no IO crate"
 processor_deps=$(cargo tree --locked -p sluice-processor -e normal --prefix none)
-if sched=$(grep -E '^(tokio-cron-scheduler|sluice-scheduler|cron) ' <<<"$processor_deps"); then
+if sched=$(grep -E '^(tokio-cron-scheduler|sluice-scheduler|cron|croner) ' <<<"$processor_deps"); then
   die "the processor must contain no scheduled work, but depends on: $(tr '\n' ' ' <<<"$sched")"
 fi
 echo "sluice-processor depends on no scheduling crate"
+if cargo tree --locked -p sluice-scheduler -e normal --prefix none | grep -qE '^(rdkafka|sluice-runtime) '; then
+  die "the scheduler must not link the Kafka runtime (use sluice-dex without its handler feature)"
+fi
+echo "sluice-scheduler links no Kafka client"
 if cargo tree --locked -p sluice-runtime -e normal --prefix none | grep -qE '^sluice-(dex|chainsim) '; then
   die "the runtime must stay workload-agnostic: sluice-runtime depends on a workload crate"
 fi

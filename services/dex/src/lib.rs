@@ -7,18 +7,25 @@
 //! - [`config`]: the workload's settings (`SLUICE_PROCESSOR_…`).
 //! - [`registry`]: the token registry in Redis, its cache and invalidation.
 //! - [`state`]: pool state in Redis: the apply script and its read-back.
-//! - [`handler`]: `DexHandler`, tying it together.
-//! - [`outputs`]: where its effects go: Redis + Kafka, or memory (benchmarks).
-//! - [`metrics`]: the workload's metrics.
+//! - `handler`: `DexHandler`, tying it together.
+//! - `outputs`: where its effects go: Redis + Kafka, or memory (benchmarks).
+//! - `metrics`: the workload's metrics.
+//!
+//! The last three need the `handler` feature (default); without it the
+//! crate is the DEX's Redis layout alone, for the scheduler's jobs.
 
 #![forbid(unsafe_code)]
 
 pub mod config;
+#[cfg(feature = "handler")]
 pub mod handler;
+#[cfg(feature = "handler")]
 pub mod metrics;
+#[cfg(feature = "handler")]
 pub mod outputs;
 pub mod registry;
 pub mod state;
 
 pub use config::DexConfig;
+#[cfg(feature = "handler")]
 pub use handler::DexHandler;
