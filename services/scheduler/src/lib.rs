@@ -8,11 +8,13 @@
 //!   timeouts, takeover of dead runs, drain on shutdown.
 //! - [`jobs`]: the [`jobs::Job`] trait and the built-in jobs (token
 //!   refresh, pool reconciliation, heartbeat).
-//! - [`admin`]: the admin gRPC API; [`metrics`]: Prometheus metrics.
+//! - [`admin`]: the admin gRPC API, and [`cli`] its command line
+//!   (`sluice-scheduler admin …`); [`metrics`]: Prometheus metrics.
 
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod jobs;

@@ -4,6 +4,9 @@
 //! Configuration: `SLUICE_SCHEDULER_…` variables (see ARCHITECTURE.md and
 //! `sluice_scheduler::config`); every bad or unknown one is reported by
 //! name and the process exits with status 2.
+//!
+//! `sluice-scheduler admin list|runs JOB|trigger JOB|pause JOB|resume JOB`
+//! calls a running scheduler's admin API.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,8 +23,17 @@ use sluice_service::{signal, telemetry};
 use tokio::sync::watch;
 
 fn main() -> anyhow::Result<()> {
-    telemetry::init();
     let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
+    // `sluice-scheduler admin …` talks to a running scheduler instead.
+    if std::env::args().nth(1).as_deref() == Some("admin") {
+        use clap::Parser;
+        let args = sluice_scheduler::cli::AdminArgs::parse_from(std::env::args().skip(1));
+        let out = tokio.block_on(sluice_scheduler::cli::run(args))?;
+        use std::io::Write;
+        std::io::stdout().write_all(out.as_bytes())?;
+        return Ok(());
+    }
+    telemetry::init();
     let result = tokio.block_on(run());
     tokio.shutdown_timeout(Duration::from_secs(1));
     result

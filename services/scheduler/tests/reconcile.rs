@@ -179,6 +179,25 @@ async fn repairs_injected_drift_finds_none_when_clean_and_pipelines_past_a_slow_
     assert_eq!(replica.metric("sluice_scheduler_drift_repaired_total", "pool-reconcile"), 3.0);
     assert_eq!(replica.metric("sluice_scheduler_runs_total", "outcome=\"succeeded\""), 2.0);
 
+    // The same API from a shell.
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice-scheduler"))
+            .arg("admin")
+            .arg("--url")
+            .arg(replica.grpc_url())
+            .args(args)
+            .env("SLUICE_SCHEDULER_ADMIN_TOKEN", "test-token")
+            .output()
+            .expect("running the admin command");
+        (out.status.success(), String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr))
+    };
+    let (ok, listed) = cli(&["list"]);
+    assert!(ok && listed.contains("pool-reconcile  [0 0 0 1 1 *]") && listed.contains("next: "), "{listed}");
+    let (ok, runs) = cli(&["runs", "pool-reconcile", "--limit", "5"]);
+    assert!(ok && runs.lines().count() == 3 && runs.contains("succeeded") && runs.contains("drift 3/3"), "{runs}");
+    let (ok, denied) = cli(&["--token", "wrong", "list"]);
+    assert!(!ok && denied.contains("bearer token"), "{denied}");
+
     let (code, took) = replica.terminate(Duration::from_secs(30));
     assert_eq!(code, Some(0), "clean exit after SIGTERM in {took:?}\n{}", replica.log_tail());
 }
