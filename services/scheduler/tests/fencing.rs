@@ -8,8 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Replica, chain_config, redis, start_chain, store, wait_for_run};
-use sluice_chainsim::server::ServerOptions;
+use common::{Replica, redis, start_chain_with_slow_pool, store, wait_for_run};
 
 const LATENCY_MS: u64 = 20;
 const SLOW_FACTOR: u32 = 150; // 3 s
@@ -17,21 +16,7 @@ const SLOW_FACTOR: u32 = 150; // 3 s
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_holder_cannot_write_after_its_tick_was_taken_over() {
     let prefix = format!("{}:", sluice_testkit::unique("sched-fence"));
-    let pools: Vec<String> = {
-        let probe = start_chain(chain_config(12), ServerOptions::default()).await;
-        probe.pools().await.into_iter().map(|p| p.pool).collect()
-    };
-    let slow = pools[0].clone();
-    let chain = start_chain(
-        chain_config(12),
-        ServerOptions {
-            get_pool_latency: Duration::from_millis(LATENCY_MS),
-            slow_pools: vec![slow.clone()],
-            slow_factor: SLOW_FACTOR,
-            ..ServerOptions::default()
-        },
-    )
-    .await;
+    let (chain, _, slow) = start_chain_with_slow_pool(12, Duration::from_millis(LATENCY_MS), SLOW_FACTOR).await;
     chain.node.wait_for_slot(30).await;
     let mut conn = redis().await;
     chain.seed_redis(&mut conn, &prefix, 30).await;

@@ -7,8 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Replica, TestChain, chain_config, redis, start_chain, store, wait_for_run};
-use sluice_chainsim::server::ServerOptions;
+use common::{Replica, redis, start_chain_with_slow_pool, store, wait_for_run};
 use sluice_proto::scheduler::v1::scheduler_admin_client::SchedulerAdminClient;
 use sluice_proto::scheduler::v1::{GetRunsRequest, ListJobsRequest, PauseRequest, ResumeRequest, TriggerNowRequest};
 
@@ -45,22 +44,7 @@ async fn admin(replica: &Replica) -> SchedulerAdminClient<tonic::transport::Chan
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn repairs_injected_drift_finds_none_when_clean_and_pipelines_past_a_slow_pool() {
     let prefix = format!("{}:", sluice_testkit::unique("sched-recon"));
-    let chain0 = start_chain(chain_config(POOLS), ServerOptions::default()).await;
-    let pools: Vec<String> = chain0.pools().await.into_iter().map(|p| p.pool).collect();
-    // The first pool ListPools returns is the slow one: a cohort sweep would
-    // hold every other pool of its cohort behind it.
-    let slow = pools[0].clone();
-    drop(chain0);
-    let chain: TestChain = start_chain(
-        chain_config(POOLS),
-        ServerOptions {
-            get_pool_latency: Duration::from_millis(LATENCY_MS),
-            slow_pools: vec![slow.clone()],
-            slow_factor: SLOW_FACTOR,
-            ..ServerOptions::default()
-        },
-    )
-    .await;
+    let (chain, pools, slow) = start_chain_with_slow_pool(POOLS, Duration::from_millis(LATENCY_MS), SLOW_FACTOR).await;
     chain.node.wait_for_slot(30).await;
     let mut conn = redis().await;
     let seeded = chain.seed_redis(&mut conn, &prefix, 30).await;

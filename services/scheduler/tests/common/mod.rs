@@ -57,7 +57,37 @@ pub async fn start_chain(config: ChainConfig, options: ServerOptions) -> TestCha
     TestChain { url, client, node }
 }
 
+/// A chain of `pools` pools whose `GetPool` takes `latency`, except for the
+/// first pool `ListPools` returns, which takes `slow_factor` times as long
+/// (first, so a cohort sweep would hold its whole cohort behind it). Returns
+/// the chain, its pools in `ListPools` order, and the slow pool.
+pub async fn start_chain_with_slow_pool(
+    pools: usize,
+    latency: Duration,
+    slow_factor: u32,
+) -> (TestChain, Vec<String>, String) {
+    // The pool list is a function of the config: read it from a probe.
+    let names: Vec<String> = {
+        let probe = start_chain(chain_config(pools), ServerOptions::default()).await;
+        probe.pools().await.into_iter().map(|p| p.pool).collect()
+    };
+    let slow = names[0].clone();
+    let options = ServerOptions {
+        get_pool_latency: latency,
+        slow_pools: vec![slow.clone()],
+        slow_factor,
+        ..ServerOptions::default()
+    };
+    (start_chain(chain_config(pools), options).await, names, slow)
+}
+
 impl TestChain {
+    /// The chain's state of `pool` after `slot`.
+    pub async fn state(&self, pool: &str, slot: u64) -> sluice_proto::dex::v1::PoolState {
+        let request = GetPoolRequest { pool: pool.to_string(), at_slot: slot };
+        self.client.clone().get_pool(request).await.expect("GetPool").into_inner()
+    }
+
     pub async fn pools(&self) -> Vec<PoolInfo> {
         self.client.clone().list_pools(ListPoolsRequest {}).await.expect("ListPools").into_inner().pools
     }
@@ -71,13 +101,7 @@ impl TestChain {
     pub async fn seed_redis(&self, redis: &mut redis::aio::MultiplexedConnection, prefix: &str, slot: u64) -> usize {
         let mut seeded = 0;
         for info in self.pools().await {
-            let state = self
-                .client
-                .clone()
-                .get_pool(GetPoolRequest { pool: info.pool.clone(), at_slot: slot })
-                .await
-                .expect("GetPool")
-                .into_inner();
+            let state = self.state(&info.pool, slot).await;
             let Some(seq) = state.last_applied else { continue };
             let key = sluice_dex::state::pool_key(prefix, &info.pool);
             let mut cmd = redis::cmd("HSET");
@@ -117,13 +141,7 @@ impl TestChain {
                 continue;
             };
             let slot = ours.last_applied.map_or(0, |s| s.slot);
-            let wire = self
-                .client
-                .clone()
-                .get_pool(GetPoolRequest { pool: info.pool.clone(), at_slot: slot })
-                .await
-                .expect("GetPool")
-                .into_inner();
+            let wire = self.state(&info.pool, slot).await;
             let truth = sluice_core::pool::PoolState::from_proto(&wire).expect("valid state");
             if truth != ours {
                 out.push(info.pool.clone());
