@@ -81,6 +81,18 @@ local newest = tonumber(redis.call('GET', KEYS[1]) or '0')
 if tonumber(ARGV[1]) < newest then return -1 end
 ";
 
+/// The Lua prelude of a write fenced by a lease as well as a token: with
+/// the fence counter as `KEYS[1]`, the lease key as `KEYS[2]`, the writer's
+/// token as `ARGV[1]` and its lease value (`owner:token`) as `ARGV[2]`, it
+/// returns `-1` (refused) when a newer claim exists *or* the writer no
+/// longer holds the lease. The second check closes the window between a
+/// lapsed lease and the next claim, in which a paused holder's token would
+/// still be the newest.
+pub const LEASED_FENCE_CHECK: &str = r"
+local newest = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tonumber(ARGV[1]) < newest or redis.call('GET', KEYS[2]) ~= ARGV[2] then return -1 end
+";
+
 fn millis(ttl: Duration) -> u64 {
     ttl.as_millis().clamp(1, u128::from(u64::MAX)) as u64
 }

@@ -67,3 +67,29 @@ async fn racing_claimants_get_exactly_one_winner_each_round() {
         assert_eq!(winners, 1, "round {round}");
     }
 }
+
+#[tokio::test]
+async fn a_lease_fenced_write_needs_the_lease_as_well_as_the_newest_token() {
+    let mut c = conn().await;
+    let (key, fence, data) = (unique("claim"), unique("fence"), unique("data"));
+    let ttl = Duration::from_millis(200);
+    let claim = acquire(&mut c, &key, &fence, "a", ttl).await.expect("redis").expect("claimed");
+    let script = redis::Script::new(&format!(
+        "{}\nredis.call('SET', KEYS[3], ARGV[3])\nreturn 1",
+        sluice_coord::LEASED_FENCE_CHECK
+    ));
+    let write = |value: &'static str| {
+        let mut invocation = script.prepare_invoke();
+        invocation.key(&fence).key(&key).key(&data).arg(claim.token).arg(format!("a:{}", claim.token)).arg(value);
+        invocation
+    };
+    let written: i64 = write("while held").invoke_async(&mut c).await.expect("redis");
+    assert_eq!(written, 1);
+    // The lease lapses; nobody has claimed since, so the token is still the
+    // newest, but the holder no longer holds the lease: refused.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let refused: i64 = write("after the lapse").invoke_async(&mut c).await.expect("redis");
+    assert_eq!(refused, -1);
+    let value: String = redis::cmd("GET").arg(&data).query_async(&mut c).await.expect("redis");
+    assert_eq!(value, "while held");
+}

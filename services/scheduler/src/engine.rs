@@ -24,11 +24,13 @@ use crate::config::{JobSettings, SchedulerConfig};
 use crate::jobs::{Job, Report, RunContext};
 use crate::metrics::Metrics;
 pub use crate::store::now_ms;
-use crate::store::{ClaimOutcome, ClaimRequest, Claimed, Finish, Intent, RunRecord, Store, Tick};
+use crate::store::{ClaimOutcome, ClaimRequest, Claimed, Finish, Intent, Queue, RunRecord, Store, Tick};
 
 /// A sleeping ticker looks at the wall clock at least this often, so a
 /// clock step or a suspended host is noticed.
 const WALL_CHECK: Duration = Duration::from_secs(5);
+/// How long recording a run's end may retry before giving up.
+const FINISH_BUDGET: Duration = Duration::from_secs(5);
 /// Missed ticks are counted one by one up to this many, then estimated.
 const GAP_COUNT_CAP: u64 = 10_000;
 
@@ -145,6 +147,12 @@ impl Engine {
                     next = ?entry.settings.schedule.upcoming(now_ms(), 3),
                     "Job scheduled (UTC)"
                 );
+                if entry.settings.start_window() <= self.inner.config.lease_ttl {
+                    tracing::warn!(
+                        job = entry.job.name(),
+                        "The start window is not above the lease time: a tick whose run dies is recorded, not taken over"
+                    );
+                }
                 tokio::spawn(Arc::clone(&self.inner).tick_loop(Arc::clone(entry)));
             } else {
                 tracing::info!(job = entry.job.name(), "Job disabled");
@@ -160,6 +168,8 @@ impl Engine {
         }
         let tick = Tick { ms: now_ms(), manual: true };
         let intent = if entry.settings.paused { Intent::Skip("paused") } else { Intent::Run };
+        // Counted as work in progress, so a shutdown waits for what it starts.
+        let _busy = self.inner.track();
         let claimed = self.inner.claim(&entry, tick, intent, -1).await.map_err(|e| format!("claiming: {e}"))?;
         let (started, reason) = match &claimed.outcome {
             ClaimOutcome::Run { .. } => (true, String::new()),
@@ -184,7 +194,8 @@ impl Engine {
         if !inner.wait_for_runs(soft).await {
             tracing::warn!(running = inner.running.load(Ordering::SeqCst), "Shutdown deadline: cancelling runs");
             inner.cancel_all.send_replace(true);
-            inner.wait_for_runs(inner.config.cancel_grace + Duration::from_secs(1)).await;
+            // The grace, plus the time recording a run's end may take.
+            inner.wait_for_runs(inner.config.cancel_grace + FINISH_BUDGET).await;
         }
     }
 }
@@ -337,6 +348,7 @@ impl Inner {
             Intent::Skip("late")
         };
         let tick = Tick { ms: tick_ms, manual: false };
+        let _busy = self.track();
         let mut observed = match self.store.last_tick(job).await {
             Ok(last) => last,
             Err(e) => {
@@ -375,6 +387,8 @@ impl Inner {
                 }
             }
         }
+        self.metrics.errors.with_label_values(&[job, "claim"]).inc();
+        tracing::warn!(job, tick_ms, "Peers kept moving the job on during the claim; left to them");
     }
 
     fn after_claim(self: Arc<Self>, entry: &Arc<JobEntry>, tick: Tick, claimed: Claimed) {
@@ -386,10 +400,12 @@ impl Inner {
         match claimed.outcome {
             ClaimOutcome::Run { token, takeover } => {
                 self.metrics.paused.with_label_values(&[job]).set(0);
-                tokio::spawn(self.execute(entry, tick, token, takeover));
+                let guard = self.track();
+                tokio::spawn(self.execute(guard, entry, tick, token, takeover));
             }
             ClaimOutcome::Queued => {
-                tokio::spawn(self.wait_queued(entry, tick));
+                let guard = self.track();
+                tokio::spawn(self.wait_queued(guard, entry, tick));
             }
             ClaimOutcome::Skipped { reason } => match reason.as_str() {
                 "late" => self.metrics.ticks_missed.with_label_values(&[job, "late"]).inc(),
@@ -429,6 +445,7 @@ impl Inner {
             if now_ms() > closes {
                 return;
             }
+            let _busy = self.track();
             match self.claim(&entry, tick, Intent::Run, tick.ms).await {
                 Ok(Claimed { outcome: ClaimOutcome::Lost { reason }, .. }) if reason == "held" => {}
                 Ok(claimed) => {
@@ -445,27 +462,30 @@ impl Inner {
 
     /// A tick queued behind the running one (buffer-one): waits for the
     /// lease, keeping its place alive, then runs.
-    async fn wait_queued(self: Arc<Self>, entry: Arc<JobEntry>, tick: Tick) {
-        let _guard = self.track();
+    async fn wait_queued(self: Arc<Self>, guard: RunGuard, entry: Arc<JobEntry>, tick: Tick) {
         let job = entry.job.name();
         let owner = self.config.instance_id.clone();
         let queued_since = now_ms();
         let poll = (self.config.lease_ttl / 3).min(Duration::from_millis(200));
         let outcome = loop {
             if *self.stopping.borrow() {
-                let _ = self.store.leave_queue(job, &owner).await;
+                let _ = self.store.leave_queue(job, &owner, &tick).await;
                 break Err("the scheduler shut down while the tick waited".to_string());
             }
             match self.store.start_queued(job, tick, &owner, entry.settings.claim_keep(), self.config.lease_ttl).await {
-                Ok(Ok(Some(token))) => break Ok(token),
-                Ok(Ok(None)) => {}
-                Ok(Err(())) => break Err("lost its place in the queue (its lease lapsed)".to_string()),
+                Ok(Queue::Started(token)) => break Ok(token),
+                Ok(Queue::Waiting) => {}
+                Ok(Queue::Paused) => {
+                    self.metrics.ticks_skipped.with_label_values(&[job, "paused"]).inc();
+                    return;
+                }
+                Ok(Queue::Lost) => break Err("lost its place in the queue (its lease lapsed)".to_string()),
                 Err(_) => self.metrics.errors.with_label_values(&[job, "queue"]).inc(),
             }
             tokio::time::sleep(poll).await;
         };
         match outcome {
-            Ok(token) => Arc::clone(&self).execute(entry, tick, token, false).await,
+            Ok(token) => Arc::clone(&self).execute(guard, entry, tick, token, false).await,
             Err(reason) => {
                 // Replaces the queued record the claim wrote (same id).
                 let record = RunRecord {
@@ -485,8 +505,7 @@ impl Inner {
     }
 
     /// Runs a claimed tick to its end.
-    async fn execute(self: Arc<Self>, entry: Arc<JobEntry>, tick: Tick, token: u64, takeover: bool) {
-        let _guard = self.track();
+    async fn execute(self: Arc<Self>, _guard: RunGuard, entry: Arc<JobEntry>, tick: Tick, token: u64, takeover: bool) {
         let job = entry.job.name();
         let settings = &entry.settings;
         let m = &self.metrics;
@@ -520,6 +539,7 @@ impl Inner {
             token,
             owner.clone(),
             self.store.keys(job).fence(),
+            self.store.keys(job).running(),
             self.store.prefix().to_string(),
             self.store.connection(),
             cancel_rx,
@@ -544,23 +564,24 @@ impl Inner {
                 (tokio::time::timeout(self.config.cancel_grace, &mut run).await.ok(), Some(why))
             }
         };
-        renewer.abort();
         let refused = ctx.refused_count();
         let report = match &result {
             Some(Ok(report)) => report.clone(),
             _ => Report::default(),
         };
-        let (mut outcome, mut reason) = match (stopped, &result) {
-            (Some(Stop::LeaseLost), _) => ("lost_claim", "the lease was lost while the run went on".to_string()),
-            (Some(Stop::Timeout), _) => {
+        // What the run returned decides, if it returned (also within the
+        // grace after a stop); the stop's reason, if it had to be dropped.
+        let (mut outcome, mut reason) = match (&result, stopped) {
+            (Some(Ok(_)), _) => ("succeeded", String::new()),
+            (Some(Err(e)), _) => ("failed", e.clone()),
+            (None, Some(Stop::LeaseLost)) => ("lost_claim", "the lease was lost while the run went on".to_string()),
+            (None, Some(Stop::Timeout)) => {
                 ("timed_out", format!("ran past its timeout of {} ms", settings.timeout.as_millis()))
             }
-            (Some(Stop::Shutdown), _) => ("cancelled", "the shutdown deadline passed".to_string()),
-            (None, Some(Err(e))) => ("failed", e.clone()),
-            (None, _) => ("succeeded", String::new()),
+            (None, _) => ("cancelled", "the shutdown deadline passed".to_string()),
         };
-        if refused > 0 && outcome != "cancelled" {
-            (outcome, reason) = ("lost_claim", format!("{refused} writes refused: a newer run holds the job"));
+        if refused > 0 {
+            (outcome, reason) = ("lost_claim", format!("{refused} writes refused: the run no longer held its lease"));
         }
         let ended = now_ms();
         let mut done = report.item_done.clone();
@@ -570,17 +591,28 @@ impl Inner {
         };
         record.ended_ms = ended;
         record.outcome = outcome.into();
-        if !reason.is_empty() {
-            record.reason = reason;
-        }
+        record.reason = if reason.is_empty() { record.reason } else { reason };
         record.items = report.items;
         record.drift_found = report.drift_found;
         record.drift_repaired = report.drift_repaired;
         record.stale_writes = refused;
         (record.item_done_p50_ms, record.item_done_p95_ms, record.item_done_max_ms) = (at(0.5), at(0.95), at(1.0));
+        // The lease is renewed until the end is recorded: a lapse in between
+        // would let a peer take over a tick that ran.
         let finished = self.finish(&entry, &record, &value).await;
-        if outcome == "succeeded" && finished != Some(Finish::Done) {
-            outcome = "lost_claim";
+        renewer.abort();
+        match finished {
+            Some(Finish::Stale) if outcome == "succeeded" => outcome = "lost_claim",
+            None => {
+                // Redis did not take the end: keep at least the record.
+                if outcome == "succeeded" {
+                    outcome = "lost_claim";
+                }
+                record.outcome = outcome.into();
+                record.reason = format!("the end could not be recorded in Redis; {}", record.reason);
+                self.record(&record).await;
+            }
+            _ => {}
         }
         if outcome == "lost_claim" {
             m.claims_lost.with_label_values(&[job]).inc();
@@ -604,10 +636,6 @@ impl Inner {
             items = report.items,
             "Run ended"
         );
-        if finished.is_none() {
-            // Redis did not take the end: keep at least the record.
-            self.record(&record).await;
-        }
     }
 
     /// Marks the run's end in Redis with its record, retrying briefly: a
@@ -616,7 +644,8 @@ impl Inner {
     async fn finish(&self, entry: &JobEntry, record: &RunRecord, value: &str) -> Option<Finish> {
         let job = entry.job.name();
         let mut delay = Duration::from_millis(100);
-        for _ in 0..5 {
+        let deadline = tokio::time::Instant::now() + FINISH_BUDGET;
+        while tokio::time::Instant::now() < deadline {
             match self.store.finish(record, value, record.outcome != "cancelled", entry.settings.claim_keep()).await {
                 Ok(finished) => return Some(finished),
                 Err(e) => {
@@ -631,7 +660,7 @@ impl Inner {
     }
 
     /// Renews the run's lease every third of its time; signals `lost` when
-    /// renewal is refused or has failed for a whole lease time.
+    /// renewal is refused or has failed for two thirds of the lease time.
     async fn renew_loop(self: Arc<Self>, entry: Arc<JobEntry>, tick: Tick, value: String, lost: watch::Sender<bool>) {
         let job = entry.job.name();
         let lease = self.config.lease_ttl;
@@ -647,8 +676,9 @@ impl Inner {
                 }
                 Err(e) => {
                     self.metrics.errors.with_label_values(&[job, "renew"]).inc();
-                    if last_ok.elapsed() >= lease {
-                        tracing::warn!(job, error = %e, "Lease not renewed for a whole lease time: cancelling the run");
+                    // Stop before the lease can lapse: after it, writes are refused.
+                    if last_ok.elapsed() >= lease * 2 / 3 {
+                        tracing::warn!(job, error = %e, "Lease not renewed for two thirds of its time: cancelling the run");
                         lost.send_replace(true);
                         return;
                     }

@@ -19,6 +19,7 @@ use croner::parser::{CronParser, Seconds};
 pub struct Schedule {
     cron: Cron,
     expression: String,
+    period: Duration,
 }
 
 fn at(ms: i64) -> Option<DateTime<Utc>> {
@@ -35,10 +36,13 @@ impl Schedule {
             .build()
             .parse(expression)
             .map_err(|e| format!("{expression:?} is not a cron expression with seconds ({e})"))?;
-        let schedule = Self { cron, expression: expression.trim().to_string() };
+        let mut schedule = Self { cron, expression: expression.trim().to_string(), period: Duration::ZERO };
         if schedule.next_after(0).is_none() {
             return Err(format!("{expression:?} never fires"));
         }
+        let ticks = schedule.upcoming(0, 16);
+        let shortest = ticks.windows(2).map(|w| w[1] - w[0]).min().unwrap_or(86_400_000);
+        schedule.period = Duration::from_millis(shortest.max(1000) as u64);
         Ok(schedule)
     }
 
@@ -79,7 +83,8 @@ impl Schedule {
 
     /// How many ticks lie strictly between `after_ms` and `before_ms`,
     /// counted up to `cap` (a long outage of a per-second job is not walked
-    /// tick by tick), and the last of them.
+    /// tick by tick; past the cap the rest is estimated from the period,
+    /// an overcount for irregular schedules), and the last of them.
     pub fn between(&self, after_ms: i64, before_ms: i64, cap: u64) -> (u64, Option<i64>) {
         let mut count = 0;
         let mut last = None;
@@ -104,12 +109,10 @@ impl Schedule {
         (count, last)
     }
 
-    /// The shortest gap between consecutive ticks over the next few
+    /// The shortest gap between consecutive ticks over the first few
     /// occurrences: what claim lifetimes are sized from.
     pub fn period(&self) -> Duration {
-        let ticks = self.upcoming(0, 16);
-        let shortest = ticks.windows(2).map(|w| w[1] - w[0]).min().unwrap_or(86_400_000);
-        Duration::from_millis(shortest.max(1000) as u64)
+        self.period
     }
 }
 

@@ -65,6 +65,12 @@ impl JobKeys {
     }
 }
 
+/// The claim and queue value of a tick waiting behind a running one: names
+/// the tick, so a lapsed wait can never be mistaken for a newer one.
+pub fn queued_value(owner: &str, tick: &Tick) -> String {
+    format!("{owner}:q{}{}", if tick.manual { "m" } else { "" }, tick.ms)
+}
+
 /// A tick: a scheduled one (its nominal UTC instant) or a manual trigger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tick {
@@ -152,7 +158,8 @@ const CLAIM: &str = r"
 --   8 observed last tick, 9 run key prefix, 10 history ttl, 11 history keep,
 --   12 gap id ('' none), 13 gap score, 14 gap json, 15 running head, 16 running tail,
 --   17 run id head, 18 skip-intent id, 19 skip-intent json, 20 skipped id,
---   21 skipped-paused json, 22 skipped-overlap json, 23 queued id, 24 queued json
+--   21 skipped-paused json, 22 skipped-overlap json, 23 queued id, 24 queued json,
+--   25 queued value (owner:q<tick>)
 local tick = tonumber(ARGV[1])
 local manual = ARGV[7] == '1'
 local st = redis.call('HMGET', KEYS[3], 'last_tick', 'last_done_tick', 'last_success_ms', 'paused')
@@ -166,11 +173,15 @@ local current = redis.call('GET', KEYS[1])
 if current then
   -- Only the latest scheduled tick, unresolved, whose run or wait is dead,
   -- may be taken over.
-  if manual or tick ~= last or done >= tick then return reply(0, 'held') end
+  if manual then return reply(0, 'held') end
   local mark = string.match(current, ':([^:]+)$')
-  if mark == 's' then return reply(0, 'held') end
-  if mark == 'q' and redis.call('GET', KEYS[5]) == current then return reply(0, 'held') end
-  if mark ~= 'q' and redis.call('GET', KEYS[4]) == current then return reply(0, 'held') end
+  if done >= tick or mark == 's' then return reply(0, 'done') end
+  if tick < last then return reply(0, 'superseded') end
+  if string.sub(mark, 1, 1) == 'q' then
+    if redis.call('GET', KEYS[5]) == current then return reply(0, 'held') end
+  elseif redis.call('GET', KEYS[4]) == current then
+    return reply(0, 'held')
+  end
   takeover = true
 elseif not manual then
   if tick < last then return reply(0, 'superseded') end
@@ -191,8 +202,8 @@ end
 if st[4] == '1' then return skip('paused', ARGV[20], ARGV[21]) end
 if ARGV[5] ~= 'run' then return skip(ARGV[5], ARGV[18], ARGV[19]) end
 if redis.call('EXISTS', KEYS[4]) == 1 or redis.call('EXISTS', KEYS[5]) == 1 then
-  if ARGV[6] == 'buffer' and redis.call('SET', KEYS[5], ARGV[2] .. ':q', 'NX', 'PX', ARGV[4]) then
-    redis.call('SET', KEYS[1], ARGV[2] .. ':q', 'PX', ARGV[3])
+  if ARGV[6] == 'buffer' and redis.call('SET', KEYS[5], ARGV[25], 'NX', 'PX', ARGV[4]) then
+    redis.call('SET', KEYS[1], ARGV[25], 'PX', ARGV[3])
     rec(ARGV[23], ARGV[24])
     return reply(-1, 'queued')
   end
@@ -207,11 +218,31 @@ return {token, takeover and 'takeover' or 'claimed', tostring(last), success}
 ";
 
 const START_QUEUED: &str = r"
--- KEYS: running, fence, queued, tick claim, runs
+-- KEYS: running, fence, queued, tick claim, runs, state
 -- ARGV: 1 owner, 2 lease ttl, 3 claim ttl, 4 run key prefix, 5 history ttl, 6 keep,
---   7 queued id, 8 running head, 9 running tail, 10 run id head, 11 tick
-local mine = ARGV[1] .. ':q'
-if redis.call('GET', KEYS[3]) ~= mine or redis.call('GET', KEYS[4]) ~= mine then return -1 end
+--   7 queued id, 8 running head, 9 running tail, 10 run id head, 11 tick, 12 queued value,
+--   13 manual, 14 skipped id, 15 skipped-paused json
+local mine = ARGV[12]
+local current = redis.call('GET', KEYS[4])
+-- Already started (a retry after a lost reply): the same token again.
+if current and current == redis.call('GET', KEYS[1])
+  and string.sub(current, 1, #ARGV[1] + 1) == ARGV[1] .. ':' then
+  local token = tonumber(string.sub(current, #ARGV[1] + 2))
+  if token then return token end
+end
+if redis.call('GET', KEYS[3]) ~= mine or current ~= mine then return -1 end
+if redis.call('HGET', KEYS[6], 'paused') == '1' then
+  redis.call('DEL', KEYS[3])
+  redis.call('SET', KEYS[4], ARGV[1] .. ':s', 'PX', ARGV[3])
+  if ARGV[13] ~= '1' then
+    local done = tonumber(redis.call('HGET', KEYS[6], 'last_done_tick') or '-1')
+    if tonumber(ARGV[11]) > done then redis.call('HSET', KEYS[6], 'last_done_tick', ARGV[11]) end
+  end
+  redis.call('ZREM', KEYS[5], ARGV[7])
+  redis.call('DEL', ARGV[4] .. ARGV[7])
+  record(KEYS[5], ARGV[4], ARGV[14], ARGV[11], ARGV[15], ARGV[5], ARGV[6])
+  return -2
+end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   redis.call('PEXPIRE', KEYS[3], ARGV[2])
   redis.call('PEXPIRE', KEYS[4], ARGV[3])
@@ -238,8 +269,11 @@ return 1
 
 /// The end of a run, with its final record written in the same step (so a
 /// reader never sees the lease gone while the record still says running).
-/// Fenced like a job's write: a run that lost its lease to a newer one marks
-/// nothing and is recorded with the `lost` variant.
+/// Fenced by token: a run that a newer run superseded marks nothing and is
+/// recorded with the `lost` variant. A run whose lease lapsed while no newer
+/// run started still completed every write it made (each was checked), so
+/// its end is marked as usual; that also makes a retry after a lost reply
+/// harmless.
 const FINISH: &str = r"
 -- KEYS: fence, state, tick claim, running, runs
 -- ARGV: 1 token, 2 tick, 3 owner:token, 4 ended ms, 5 succeeded, 6 resolved, 7 manual,
@@ -247,16 +281,17 @@ const FINISH: &str = r"
 local function rec(json) record(KEYS[5], ARGV[9], ARGV[12], ARGV[2], json, ARGV[10], ARGV[11]) end
 local newest = tonumber(redis.call('GET', KEYS[1]) or '0')
 if tonumber(ARGV[1]) < newest then rec(ARGV[14]) return -1 end
-if redis.call('GET', KEYS[4]) ~= ARGV[3] then rec(ARGV[14]) return 0 end
-redis.call('DEL', KEYS[4])
+local held = redis.call('GET', KEYS[4]) == ARGV[3]
+if held then redis.call('DEL', KEYS[4]) end
 if ARGV[7] ~= '1' and ARGV[6] == '1' then
   local done = tonumber(redis.call('HGET', KEYS[2], 'last_done_tick') or '-1')
   if tonumber(ARGV[2]) > done then redis.call('HSET', KEYS[2], 'last_done_tick', ARGV[2]) end
 end
 if ARGV[5] == '1' then redis.call('HSET', KEYS[2], 'last_success_ms', ARGV[4]) end
-if redis.call('GET', KEYS[3]) == ARGV[3] then redis.call('PEXPIRE', KEYS[3], ARGV[8]) end
+if ARGV[6] == '1' then redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[8]) end
 rec(ARGV[13])
-return 1
+if held then return 1 end
+return 2
 ";
 
 const RECORD: &str = r"
@@ -265,14 +300,23 @@ record(KEYS[1], ARGV[6], ARGV[2], ARGV[1], ARGV[3], ARGV[4], ARGV[5])
 return 1
 ";
 
+/// Where a queued tick stands, for [`Store::start_queued`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Queue {
+    Started(u64),
+    Waiting,
+    Paused,
+    Lost,
+}
+
 /// How a finished run ended, for [`Store::finish`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Finish {
-    /// Marked: the lease was still this run's.
+    /// Marked; the lease was still this run's.
     Done,
-    /// The lease was gone (lapsed) but no newer run started.
-    LostLease,
-    /// A newer run holds a newer token.
+    /// Marked; the lease had lapsed, but no newer run had started.
+    DoneAfterLapse,
+    /// A newer run holds a newer token: nothing marked.
     Stale,
 }
 
@@ -482,6 +526,7 @@ impl Store {
             .arg(overlap.json())
             .arg(queued.id())
             .arg(queued.json())
+            .arg(queued_value(req.owner, &tick))
             .invoke_async(&mut self.conn.clone())
             .await?;
         let outcome = match code {
@@ -497,8 +542,9 @@ impl Store {
         })
     }
 
-    /// For a queued tick: `Some(token)` once it may run, `None` while it
-    /// must wait (this renews its place), `Err` if it lost its place.
+    /// For a queued tick: `Started(token)` once it may run, `Waiting` while
+    /// it must wait (this renews its place), `Paused` if the job was paused
+    /// meanwhile (recorded as skipped), `Lost` if its place lapsed.
     pub async fn start_queued(
         &self,
         job: &str,
@@ -506,7 +552,7 @@ impl Store {
         owner: &str,
         claim_ttl: Duration,
         lease_ttl: Duration,
-    ) -> RedisResult<Result<Option<u64>, ()>> {
+    ) -> RedisResult<Queue> {
         let keys = self.keys(job);
         let base = RunRecord {
             job: job.to_string(),
@@ -516,6 +562,15 @@ impl Store {
             ..RunRecord::default()
         };
         let queued_id = RunRecord { outcome: "queued".into(), ..base.clone() }.id();
+        let paused = RunRecord {
+            outcome: "skipped".into(),
+            reason: "the job was paused while the tick waited".into(),
+            started_ms: now_ms(),
+            ended_ms: now_ms(),
+            ticks: 1,
+            last_tick_ms: tick.ms,
+            ..base.clone()
+        };
         let (head, tail, run_id) = RunRecord { outcome: "running".into(), started_ms: now_ms(), ..base }.around_token();
         let token: i64 = self
             .start_queued
@@ -524,6 +579,7 @@ impl Store {
             .key(keys.queued())
             .key(keys.tick(&tick))
             .key(keys.runs())
+            .key(keys.state())
             .arg(owner)
             .arg(ms(lease_ttl))
             .arg(ms(claim_ttl))
@@ -535,21 +591,27 @@ impl Store {
             .arg(tail)
             .arg(run_id)
             .arg(tick.ms)
+            .arg(queued_value(owner, &tick))
+            .arg(if tick.manual { "1" } else { "0" })
+            .arg(paused.id())
+            .arg(paused.json())
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(match token {
-            -1 => Err(()),
-            0 => Ok(None),
-            t => Ok(Some(t as u64)),
+            -1 => Queue::Lost,
+            -2 => Queue::Paused,
+            0 => Queue::Waiting,
+            t => Queue::Started(t as u64),
         })
     }
 
     /// Gives up a queued place (shutdown).
-    pub async fn leave_queue(&self, job: &str, owner: &str) -> RedisResult<()> {
+    pub async fn leave_queue(&self, job: &str, owner: &str, tick: &Tick) -> RedisResult<()> {
         let keys = self.keys(job);
         let script =
             Script::new("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0");
-        let _: i64 = script.key(keys.queued()).arg(format!("{owner}:q")).invoke_async(&mut self.conn.clone()).await?;
+        let _: i64 =
+            script.key(keys.queued()).arg(queued_value(owner, tick)).invoke_async(&mut self.conn.clone()).await?;
         Ok(())
     }
 
@@ -578,8 +640,8 @@ impl Store {
     /// Ends a run: frees the job's lease, marks the tick resolved when
     /// `resolved` (a cancelled run leaves it open for a peer to take over),
     /// keeps the tick's claim for `keep`, and writes `run` as the final
-    /// record, or, if the lease was no longer this run's, `run` as
-    /// `lost_claim` (when it claimed success).
+    /// record, or, if a newer run superseded this one, `run` as `lost_claim`
+    /// (when it claimed success).
     pub async fn finish(&self, run: &RunRecord, value: &str, resolved: bool, keep: Duration) -> RedisResult<Finish> {
         let keys = self.keys(&run.job);
         let tick = Tick { ms: run.tick_ms, manual: run.manual };
@@ -618,7 +680,7 @@ impl Store {
         Ok(match result {
             1 => Finish::Done,
             -1 => Finish::Stale,
-            _ => Finish::LostLease,
+            _ => Finish::DoneAfterLapse,
         })
     }
 
@@ -671,7 +733,10 @@ impl Store {
             .map(|mut run| {
                 let alive = match run.outcome.as_str() {
                     "running" => running.as_deref() == Some(&format!("{}:{}", run.owner, run.token)),
-                    "queued" => queued.as_deref() == Some(&format!("{}:q", run.owner)),
+                    "queued" => {
+                        let tick = Tick { ms: run.tick_ms, manual: run.manual };
+                        queued.as_deref() == Some(&queued_value(&run.owner, &tick))
+                    }
                     _ => true,
                 };
                 if !alive {

@@ -18,12 +18,12 @@ const EFFECT_TTL_MS: u64 = 3_600_000;
 fn script() -> String {
     format!(
         "{}
--- KEYS: fence, effect counter, last. ARGV: token, tick, owner, ttl ms
-local n = redis.call('INCR', KEYS[2])
-redis.call('PEXPIRE', KEYS[2], ARGV[4])
-redis.call('SET', KEYS[3], ARGV[2] .. ' ' .. ARGV[3] .. ':' .. ARGV[1])
+-- KEYS: fence, lease, effect counter, last. ARGV: token, lease value, tick, ttl ms
+local n = redis.call('INCR', KEYS[3])
+redis.call('PEXPIRE', KEYS[3], ARGV[4])
+redis.call('SET', KEYS[4], ARGV[3] .. ' ' .. ARGV[2])
 return n",
-        sluice_coord::FENCE_CHECK
+        sluice_coord::LEASED_FENCE_CHECK
     )
 }
 
@@ -38,13 +38,12 @@ pub struct Heartbeat;
 
 impl Heartbeat {
     async fn beat(&self, ctx: &RunContext) -> Result<Report, String> {
-        let written: i64 = Script::new(&script())
-            .key(&ctx.fence_key)
+        let script = Script::new(&script());
+        let written: i64 = ctx
+            .fenced(&script)
             .key(effect_key(&ctx.prefix, ctx.tick.ms))
             .key(format!("{}sched:heartbeat:last", ctx.prefix))
-            .arg(ctx.token)
             .arg(ctx.tick.ms)
-            .arg(&ctx.owner)
             .arg(EFFECT_TTL_MS)
             .invoke_async(&mut ctx.redis.clone())
             .await

@@ -3,10 +3,12 @@
 //!
 //! A job gets a [`RunContext`]: the tick, the run's fencing token, a Redis
 //! connection, and cancellation. Writes that matter for correctness go
-//! through a Lua script that starts with [`sluice_coord::FENCE_CHECK`] on
-//! [`RunContext::fence_key`] with [`RunContext::token`], and a refusal is
-//! reported with [`RunContext::refused`]: the run has lost its lease to a
-//! newer one and must stop.
+//! through a Lua script that starts with [`sluice_coord::LEASED_FENCE_CHECK`]
+//! and is invoked through [`RunContext::fenced`] (which passes the fence and
+//! lease keys as `KEYS[1..2]` and the token and lease value as `ARGV[1..2]`;
+//! the job's own keys and arguments follow). A refusal is reported with
+//! [`RunContext::refused`]: the run no longer holds its lease (it lapsed, or
+//! a newer run took the job) and must stop.
 
 pub mod heartbeat;
 pub mod reconcile;
@@ -61,6 +63,8 @@ pub struct RunContext {
     pub owner: String,
     /// The counter [`Self::token`] is checked against in fenced writes.
     pub fence_key: String,
+    /// The job's lease, which the run must still hold for a fenced write.
+    pub lease_key: String,
     /// Prefix of every Redis key.
     pub prefix: String,
     pub redis: ConnectionManager,
@@ -76,11 +80,25 @@ impl RunContext {
         token: u64,
         owner: String,
         fence_key: String,
+        lease_key: String,
         prefix: String,
         redis: ConnectionManager,
         cancel: watch::Receiver<bool>,
     ) -> Self {
-        Self { job, tick, token, owner, fence_key, prefix, redis, cancel, refused: Arc::default() }
+        Self { job, tick, token, owner, fence_key, lease_key, prefix, redis, cancel, refused: Arc::default() }
+    }
+
+    /// An invocation of `script` (which starts with
+    /// [`sluice_coord::LEASED_FENCE_CHECK`]) with this run's fence: add the
+    /// job's keys from `KEYS[3]` and arguments from `ARGV[3]` on.
+    pub fn fenced<'s>(&self, script: &'s redis::Script) -> redis::ScriptInvocation<'s> {
+        let mut invocation = script.prepare_invoke();
+        invocation
+            .key(&self.fence_key)
+            .key(&self.lease_key)
+            .arg(self.token)
+            .arg(format!("{}:{}", self.owner, self.token));
+        invocation
     }
 
     /// True once the run must stop (lease lost, shutdown deadline): start

@@ -23,7 +23,7 @@ use redis::Script;
 use sluice_core::pool::{PoolState, Seq};
 use sluice_dex::state::{pool_key, prices_channel, read_pool};
 use sluice_proto::chain::v1::chain_client::ChainClient;
-use sluice_proto::chain::v1::{GetHeadRequest, GetPoolRequest, ListPoolsRequest};
+use sluice_proto::chain::v1::{GetPoolRequest, ListPoolsRequest};
 use sluice_proto::dex::v1::{PoolInfo, PoolState as WirePoolState};
 use tonic::Code;
 use tonic::transport::Channel;
@@ -36,22 +36,22 @@ use crate::config::{JobDefaults, Overlap};
 fn repair_script() -> String {
     format!(
         "{}
--- KEYS: fence, pool. ARGV: token, expected slot, tx, ix, then the chain's
--- slot, tx, ix, reserve_a, reserve_b, sqrt ('' for none), last_price_ticks,
--- swaps_applied, price, venue, prices channel, pool
-local cur = redis.call('HMGET', KEYS[2], 'slot', 'tx', 'ix', 'price')
-if cur[1] ~= ARGV[2] or cur[2] ~= ARGV[3] or cur[3] ~= ARGV[4] then return 0 end
-redis.call('HSET', KEYS[2], 'slot', ARGV[5], 'tx', ARGV[6], 'ix', ARGV[7], 'reserve_a', ARGV[8],
-  'reserve_b', ARGV[9], 'last_price_ticks', ARGV[11], 'swaps_applied', ARGV[12], 'price', ARGV[13],
-  'venue', ARGV[14])
-if ARGV[10] == '' then
-  redis.call('HDEL', KEYS[2], 'sqrt_price_x64')
+-- KEYS: fence, lease, pool. ARGV: token, lease value, expected slot, tx, ix,
+-- then the chain's slot, tx, ix, reserve_a, reserve_b, sqrt ('' for none),
+-- last_price_ticks, swaps_applied, price, venue, prices channel, pool
+local cur = redis.call('HMGET', KEYS[3], 'slot', 'tx', 'ix', 'price')
+if cur[1] ~= ARGV[3] or cur[2] ~= ARGV[4] or cur[3] ~= ARGV[5] then return 0 end
+redis.call('HSET', KEYS[3], 'slot', ARGV[6], 'tx', ARGV[7], 'ix', ARGV[8], 'reserve_a', ARGV[9],
+  'reserve_b', ARGV[10], 'last_price_ticks', ARGV[12], 'swaps_applied', ARGV[13], 'price', ARGV[14],
+  'venue', ARGV[15])
+if ARGV[11] == '' then
+  redis.call('HDEL', KEYS[3], 'sqrt_price_x64')
 else
-  redis.call('HSET', KEYS[2], 'sqrt_price_x64', ARGV[10])
+  redis.call('HSET', KEYS[3], 'sqrt_price_x64', ARGV[11])
 end
-if cur[4] ~= ARGV[13] then redis.call('PUBLISH', ARGV[15], ARGV[16] .. ' ' .. ARGV[13]) end
+if cur[4] ~= ARGV[14] then redis.call('PUBLISH', ARGV[16], ARGV[17] .. ' ' .. ARGV[14]) end
 return 1",
-        sluice_coord::FENCE_CHECK
+        sluice_coord::LEASED_FENCE_CHECK
     )
 }
 
@@ -63,7 +63,8 @@ enum Verdict {
     Behind,
     /// No swap applied in Redis yet.
     Unseen,
-    /// The chain no longer keeps the state at that slot.
+    /// The chain has no state at that slot to compare with (not produced
+    /// yet by this node, or no longer kept).
     Unverifiable,
     Drift(Repair),
 }
@@ -99,19 +100,13 @@ impl PoolReconcile {
     }
 
     async fn chain_state(&self, pool: &str, slot: u64) -> Result<Option<WirePoolState>, String> {
-        let mut chain = self.chain.clone();
+        let chain = &mut self.chain.clone();
         match chain.get_pool(GetPoolRequest { pool: pool.to_string(), at_slot: slot }).await {
             Ok(state) => Ok(Some(state.into_inner())),
-            // Redis claims a slot the chain has not produced: compare with the head.
-            Err(status) if status.code() == Code::OutOfRange => {
-                let head = chain.get_head(GetHeadRequest {}).await.map_err(|e| e.message().to_string())?;
-                let state = chain
-                    .get_pool(GetPoolRequest { pool: pool.to_string(), at_slot: head.into_inner().head_slot })
-                    .await
-                    .map_err(|e| e.message().to_string())?;
-                Ok(Some(state.into_inner()))
-            }
-            Err(status) if status.code() == Code::FailedPrecondition => Ok(None),
+            // The node has not produced that slot yet (it lags the processors'
+            // source) or no longer keeps it: nothing to compare with. Comparing
+            // with an older state instead would roll the pool back.
+            Err(status) if matches!(status.code(), Code::OutOfRange | Code::FailedPrecondition) => Ok(None),
             Err(status) => Err(format!("GetPool {pool}: {}", status.message())),
         }
     }
@@ -139,11 +134,9 @@ impl PoolReconcile {
         }
         let [es, et, ei] = seq_args(ours.last_applied);
         let [ns, nt, ni] = seq_args(truth.last_applied);
-        let result: i64 = self
-            .script
-            .key(&ctx.fence_key)
+        let result: i64 = ctx
+            .fenced(&self.script)
             .key(pool_key(&ctx.prefix, &info.pool))
-            .arg(ctx.token)
             .arg(es)
             .arg(et)
             .arg(ei)

@@ -20,17 +20,17 @@ use crate::config::{JobDefaults, Overlap};
 fn script() -> String {
     format!(
         "{}
--- KEYS: fence, registry. ARGV: token, channel, then mint, value pairs
+-- KEYS: fence, lease, registry. ARGV: token, lease value, channel, then mint, value pairs
 local changed = 0
-for i = 3, #ARGV, 2 do
-  if redis.call('HGET', KEYS[2], ARGV[i]) ~= ARGV[i + 1] then
-    redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
-    redis.call('PUBLISH', ARGV[2], ARGV[i])
+for i = 4, #ARGV, 2 do
+  if redis.call('HGET', KEYS[3], ARGV[i]) ~= ARGV[i + 1] then
+    redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
+    redis.call('PUBLISH', ARGV[3], ARGV[i])
     changed = changed + 1
   end
 end
 return changed",
-        sluice_coord::FENCE_CHECK
+        sluice_coord::LEASED_FENCE_CHECK
     )
 }
 
@@ -55,12 +55,8 @@ impl TokenRefresh {
             .map_err(|e| format!("chain ListTokens: {}", e.message()))?
             .into_inner()
             .tokens;
-        let mut invocation = self.script.prepare_invoke();
-        invocation
-            .key(&ctx.fence_key)
-            .key(registry::tokens_key(&ctx.prefix))
-            .arg(ctx.token)
-            .arg(registry::invalidate_channel(&ctx.prefix));
+        let mut invocation = ctx.fenced(&self.script);
+        invocation.key(registry::tokens_key(&ctx.prefix)).arg(registry::invalidate_channel(&ctx.prefix));
         for token in &tokens {
             invocation.arg(&token.mint).arg(registry::encode(token));
         }
