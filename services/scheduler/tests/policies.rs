@@ -154,3 +154,34 @@ async fn misfire_skip_runs_nothing_late() {
     let missed: u64 = history.iter().filter(|r| r.outcome == "missed").map(|r| r.ticks).sum();
     assert!(missed >= 3, "the downtime's ticks are recorded as missed: {history:#?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_past_its_timeout_is_stopped_and_the_job_goes_on() {
+    let prefix = format!("{}:", sluice_testkit::unique("sched-timeout"));
+    let env = [("JOB_SLEEPY_SCHEDULE", "*/2 * * * * *"), ("JOB_SLEEPY_TIMEOUT_MS", "500"), ("CANCEL_GRACE_MS", "200")];
+    let a = engine("timeout-a", &prefix, &env, sleepy(5_000)).await;
+    tokio::time::sleep(Duration::from_millis(5_500)).await;
+    a.shutdown().await;
+    let history = history(&prefix).await;
+    let timed_out: Vec<&RunRecord> = history.iter().filter(|r| r.outcome == "timed_out").collect();
+    assert!(timed_out.len() >= 2, "every run is stopped, and the next tick runs: {history:#?}");
+    for run in &timed_out {
+        let took = run.ended_ms - run.started_ms;
+        assert!((500..1_500).contains(&took), "stopped after the timeout and the grace: {took} ms");
+    }
+    assert!(history.iter().all(|r| r.outcome != "skipped"), "a stopped run frees the job: {history:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jitter_spreads_the_start_within_its_bound() {
+    let prefix = format!("{}:", sluice_testkit::unique("sched-jitter"));
+    let env = [("JOB_SLEEPY_JITTER_MS", "600")];
+    let a = engine("jitter-a", &prefix, &env, sleepy(10)).await;
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    a.shutdown().await;
+    let history = history(&prefix).await;
+    let delays: Vec<i64> = runs_of(&history).iter().map(|r| r.started_ms - r.tick_ms).collect();
+    assert!(delays.len() >= 5, "{history:#?}");
+    assert!(delays.iter().all(|d| (0..600 + 300).contains(d)), "within the jitter (plus scheduling slack): {delays:?}");
+    assert!(delays.iter().max().is_some_and(|d| *d >= 100), "spread over the window: {delays:?}");
+}
