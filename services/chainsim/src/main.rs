@@ -38,6 +38,10 @@ enum Command {
         slow_pools: Vec<String>,
         #[arg(long, env = "SLUICE_CHAINSIM_SLOW_FACTOR", default_value_t = 100)]
         slow_factor: u32,
+        /// End every subscription with an error after this many updates
+        /// (a dropped connection, for reconnection tests).
+        #[arg(long, env = "SLUICE_CHAINSIM_CUT_STREAMS_AFTER")]
+        cut_streams_after: Option<u64>,
         #[command(flatten)]
         chain: ChainArgs,
     },
@@ -175,7 +179,15 @@ fn init_tracing() {
 async fn main() -> Result<()> {
     init_tracing();
     match Cli::parse().command {
-        Command::Serve { listen, history_per_pool, get_pool_latency_ms, slow_pools, slow_factor, chain } => {
+        Command::Serve {
+            listen,
+            history_per_pool,
+            get_pool_latency_ms,
+            slow_pools,
+            slow_factor,
+            cut_streams_after,
+            chain,
+        } => {
             let config = chain.config()?;
             let chain = Chain::new(config.clone()).map_err(anyhow::Error::msg)?;
             let (listener, addr) = ChainNode::bind(listen).await.with_context(|| format!("binding {listen}"))?;
@@ -186,6 +198,7 @@ async fn main() -> Result<()> {
                     get_pool_latency: Duration::from_millis(get_pool_latency_ms),
                     slow_pools,
                     slow_factor,
+                    cut_streams_after,
                 },
             );
             tracing::info!(%addr, seed = config.seed, rate = config.tx_per_sec, pools = config.pools, "Chain serving");

@@ -43,11 +43,20 @@ pub struct ServerOptions {
     /// Pools whose `GetPool` takes `slow_factor` × the latency.
     pub slow_pools: Vec<String>,
     pub slow_factor: u32,
+    /// Ends every subscription with an error after this many updates, as a
+    /// dropped connection would (tests of reconnection).
+    pub cut_streams_after: Option<u64>,
 }
 
 impl Default for ServerOptions {
     fn default() -> Self {
-        Self { history_per_pool: 50_000, get_pool_latency: Duration::ZERO, slow_pools: Vec::new(), slow_factor: 100 }
+        Self {
+            history_per_pool: 50_000,
+            get_pool_latency: Duration::ZERO,
+            slow_pools: Vec::new(),
+            slow_factor: 100,
+            cut_streams_after: None,
+        }
     }
 }
 
@@ -67,6 +76,7 @@ struct Shared {
     get_pool_latency: Duration,
     slow_pools: std::collections::HashSet<String>,
     slow_latency: Duration,
+    cut_streams_after: Option<u64>,
 }
 
 /// The running chain node.
@@ -92,6 +102,7 @@ impl ChainNode {
             get_pool_latency: options.get_pool_latency,
             slow_pools: options.slow_pools.iter().cloned().collect(),
             slow_latency: options.get_pool_latency * options.slow_factor,
+            cut_streams_after: options.cut_streams_after,
         });
         tokio::spawn(run_head(Arc::clone(&shared), chain));
         Self { shared }
@@ -172,6 +183,17 @@ async fn run_head(shared: Arc<Shared>, mut chain: Chain) {
 /// Streams slots from `chain.next_slot()` on into `tx`, following the head.
 async fn stream_slots(shared: Arc<Shared>, mut chain: Chain, tx: mpsc::Sender<Result<SubscribeUpdate, Status>>) {
     let mut head = shared.head.subscribe();
+    let mut budget = shared.cut_streams_after.unwrap_or(u64::MAX);
+    // Sends one update, or cuts the stream once the budget is spent; false
+    // when the stream is over.
+    let send = async |update: SubscribeUpdate, budget: &mut u64| {
+        if *budget == 0 {
+            let _ = tx.send(Err(Status::unavailable("stream cut (simulated)"))).await;
+            return false;
+        }
+        *budget -= 1;
+        tx.send(Ok(update)).await.is_ok()
+    };
     loop {
         let slot = chain.next_slot();
         if head.wait_for(|h| h.is_some_and(|h| h >= slot)).await.is_err() {
@@ -190,8 +212,8 @@ async fn stream_slots(shared: Arc<Shared>, mut chain: Chain, tx: mpsc::Sender<Re
         let count = block.transactions.len() as u32;
         for generated in block.transactions {
             let update = SubscribeUpdate { update: Some(subscribe_update::Update::Transaction(generated.tx)) };
-            if tx.send(Ok(update)).await.is_err() {
-                return; // the client went away
+            if !send(update, &mut budget).await {
+                return; // the client went away, or the stream was cut
             }
         }
         let end = SubscribeUpdate {
@@ -201,7 +223,7 @@ async fn stream_slots(shared: Arc<Shared>, mut chain: Chain, tx: mpsc::Sender<Re
                 block_time_ms: block.block_time_ms,
             })),
         };
-        if tx.send(Ok(end)).await.is_err() {
+        if !send(end, &mut budget).await {
             return;
         }
     }

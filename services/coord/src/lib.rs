@@ -41,8 +41,9 @@ pub struct Claim {
 }
 
 impl Claim {
-    /// The value stored under the claim key.
-    fn value(&self) -> String {
+    /// The value stored under the claim key (`owner:token`): what
+    /// [`LEASED_FENCE_CHECK`] compares the lease with.
+    pub fn value(&self) -> String {
         format!("{}:{}", self.owner, self.token)
     }
 }

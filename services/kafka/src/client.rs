@@ -18,6 +18,18 @@ impl KafkaConfig {
         Self { brokers: brokers.into(), properties: Vec::new() }
     }
 
+    /// Parses pass-through properties written as `key=value,key=value`
+    /// (how services take them from one environment variable).
+    pub fn parse_properties(raw: &str) -> Result<Vec<(String, String)>, String> {
+        raw.split(',')
+            .filter(|p| !p.trim().is_empty())
+            .map(|pair| match pair.split_once('=') {
+                Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
+                _ => Err(format!("expected key=value, got {:?}", pair.split('=').next().unwrap_or(""))),
+            })
+            .collect()
+    }
+
     /// A base client config: brokers plus the pass-through properties.
     pub fn client(&self) -> ClientConfig {
         let mut config = ClientConfig::new();

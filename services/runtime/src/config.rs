@@ -71,23 +71,14 @@ pub struct RuntimeConfig {
     pub redis_max_batch: usize,
 }
 
-fn parse_properties(raw: &str) -> Result<Vec<(String, String)>, String> {
-    raw.split(',')
-        .filter(|p| !p.trim().is_empty())
-        .map(|pair| match pair.split_once('=') {
-            Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
-            _ => Err(format!("expected key=value, got {:?}", pair.split('=').next().unwrap_or(""))),
-        })
-        .collect()
-}
-
 impl RuntimeConfig {
     /// Reads the runtime's variables; problems are collected in `env`.
     pub fn read(env: &mut EnvReader) -> Option<Self> {
         let brokers: Option<String> = env.required("KAFKA_BROKERS");
         // key=value pairs passed to librdkafka as they are (TLS, SASL, tuning).
         // Never logged: they may hold credentials.
-        let properties = match env.optional::<String>("KAFKA_PROPERTIES").map(|raw| parse_properties(&raw)) {
+        let properties = match env.optional::<String>("KAFKA_PROPERTIES").map(|raw| KafkaConfig::parse_properties(&raw))
+        {
             Some(Ok(p)) => p,
             Some(Err(e)) => {
                 let name = env.name("KAFKA_PROPERTIES");

@@ -1,0 +1,124 @@
+//! The ingest's configuration, from `SLUICE_INGEST_…` variables.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use sluice_kafka::KafkaConfig;
+use sluice_kafka::topics::CHAIN_TRANSACTIONS;
+use sluice_service::env::EnvReader;
+
+/// Where the stream starts when no cursor is stored yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// The chain's first slot.
+    Genesis,
+    /// The chain's head when the instance first becomes active.
+    Head,
+    Slot(u64),
+}
+
+impl std::str::FromStr for Start {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "genesis" => Ok(Self::Genesis),
+            "head" => Ok(Self::Head),
+            n => n.parse().map(Self::Slot).map_err(|_| format!("expected genesis, head or a slot number, got {n:?}")),
+        }
+    }
+}
+
+/// Everything the ingest needs.
+#[derive(Debug, Clone)]
+pub struct IngestConfig {
+    pub chain_url: String,
+    pub kafka: KafkaConfig,
+    pub topic: String,
+    pub redis_url: String,
+    pub redis_prefix: String,
+    pub instance_id: String,
+    /// The active instance's lease; a standby takes over within about this
+    /// long after the active one dies.
+    pub lease_ttl: Duration,
+    /// Records sent and not yet acknowledged before the oldest is awaited.
+    pub max_in_flight: usize,
+    /// How often the cursor is written (when it moved).
+    pub cursor_interval: Duration,
+    pub start: Start,
+    /// Reconnect backoff bounds after a dropped chain stream.
+    pub reconnect_min: Duration,
+    pub reconnect_max: Duration,
+    /// On SIGTERM: flush and record the cursor within this.
+    pub shutdown_deadline: Duration,
+    pub admin_listen: SocketAddr,
+}
+
+impl IngestConfig {
+    pub fn read(env: &mut EnvReader) -> Self {
+        let default_instance = std::env::var("HOSTNAME")
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| format!("ingest-{}", std::process::id()));
+        let mut kafka = KafkaConfig::new(env.required::<String>("KAFKA_BROKERS").unwrap_or_default());
+        let raw: String = env.or("KAFKA_PROPERTIES", String::new());
+        match KafkaConfig::parse_properties(&raw) {
+            Ok(p) => kafka.properties = p,
+            Err(e) => {
+                let name = env.name("KAFKA_PROPERTIES");
+                env.problem(format!("{name}: {e}"));
+            }
+        }
+        let config = Self {
+            chain_url: env.or("CHAIN_URL", "http://127.0.0.1:50051".to_string()),
+            kafka,
+            topic: env.or("TOPIC", CHAIN_TRANSACTIONS.to_string()),
+            redis_url: env.required("REDIS_URL").unwrap_or_default(),
+            redis_prefix: env.or("REDIS_PREFIX", "sluice:".to_string()),
+            instance_id: env.or("INSTANCE_ID", default_instance),
+            lease_ttl: env.millis("LEASE_TTL_MS", Duration::from_secs(5)),
+            max_in_flight: env.or("MAX_IN_FLIGHT", 10_000),
+            cursor_interval: env.millis("CURSOR_INTERVAL_MS", Duration::from_millis(200)),
+            start: env.or("START", Start::Genesis),
+            reconnect_min: env.millis("RECONNECT_MIN_MS", Duration::from_millis(100)),
+            reconnect_max: env.millis("RECONNECT_MAX_MS", Duration::from_secs(5)),
+            shutdown_deadline: env.millis("SHUTDOWN_DEADLINE_MS", Duration::from_secs(20)),
+            admin_listen: env.or("ADMIN_LISTEN", SocketAddr::from(([0, 0, 0, 0], 9094))),
+        };
+        if config.lease_ttl < Duration::from_millis(300) {
+            let name = env.name("LEASE_TTL_MS");
+            env.problem(format!("{name} must be at least 300 (it is renewed every third of it)"));
+        }
+        if config.max_in_flight == 0 {
+            let name = env.name("MAX_IN_FLIGHT");
+            env.problem(format!("{name} must be above 0"));
+        }
+        if config.reconnect_min > config.reconnect_max {
+            let (a, b) = (env.name("RECONNECT_MIN_MS"), env.name("RECONNECT_MAX_MS"));
+            env.problem(format!("{a} must not be above {b}"));
+        }
+        config
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_settings_are_named() {
+        let vars = [("I_KAFKA_PROPERTIES", "acks"), ("I_START", "tomorrow"), ("I_LEASE_TTL_MS", "10"), ("I_TYPO", "1")];
+        let mut env = EnvReader::from_vars("I_", vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let _ = IngestConfig::read(&mut env);
+        let text = env.finish().expect_err("problems").to_string();
+        for name in ["I_KAFKA_BROKERS", "I_REDIS_URL", "I_KAFKA_PROPERTIES", "I_START", "I_LEASE_TTL_MS", "I_TYPO"] {
+            assert!(text.contains(name), "{name} missing from: {text}");
+        }
+    }
+
+    #[test]
+    fn start_positions_parse() {
+        assert_eq!("genesis".parse(), Ok(Start::Genesis));
+        assert_eq!("head".parse(), Ok(Start::Head));
+        assert_eq!("42".parse(), Ok(Start::Slot(42)));
+    }
+}

@@ -1,0 +1,362 @@
+//! One ingest instance: standby until it holds the lease, then active.
+//!
+//! Active, it reads the cursor, subscribes to the chain from the slot after
+//! it, and sends every transaction as one record per pool touched through
+//! the pipelined producer (idempotent, `acks=all`, bounded in flight; a full
+//! queue waits for the oldest delivery, never for each one). The cursor
+//! advances as slots complete (every record acknowledged) and is written to
+//! Redis fenced by the lease. A dropped stream is re-opened with backoff and
+//! resumes exactly where sending stopped; a lost lease stops sending at once
+//! and the instance goes back to standby. A restart or a takeover resumes
+//! after the stored cursor: records sent past it are sent again (counted;
+//! the processors' effects are idempotent).
+
+use std::time::{Duration, Instant};
+
+use prost::Message;
+use sluice_coord::Claim;
+use sluice_core::route::record_keys;
+use sluice_kafka::producer::Acked;
+use sluice_kafka::{PipelinedProducer, ProduceError};
+use sluice_proto::chain::v1::chain_client::ChainClient;
+use sluice_proto::chain::v1::{GetHeadRequest, SubscribeRequest, subscribe_update::Update};
+use tokio::sync::watch;
+use tonic::transport::Channel;
+
+use crate::config::{IngestConfig, Start};
+use crate::metrics::Metrics;
+use crate::store::{Store, Written};
+use crate::tracker::SlotTracker;
+
+/// Why an active period ended.
+#[derive(Debug)]
+enum End {
+    Shutdown,
+    LeaseLost,
+    Failed(String),
+}
+
+/// A record's tag: its sequence number and when it was sent.
+type Tag = (u64, Instant);
+
+/// One ingest instance.
+#[derive(Debug, Clone)]
+pub struct Gateway {
+    config: IngestConfig,
+    store: Store,
+    metrics: Metrics,
+    chain: ChainClient<Channel>,
+}
+
+/// The chain client, connected lazily (the chain may come up later).
+pub fn chain_client(url: &str) -> Result<ChainClient<Channel>, String> {
+    let endpoint = Channel::from_shared(url.to_string())
+        .map_err(|e| format!("SLUICE_INGEST_CHAIN_URL={url:?}: {e}"))?
+        .connect_timeout(Duration::from_secs(5));
+    Ok(ChainClient::new(endpoint.connect_lazy()).max_decoding_message_size(64 << 20))
+}
+
+async fn stopped(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
+}
+
+impl Gateway {
+    pub fn new(config: IngestConfig, store: Store, metrics: Metrics, chain: ChainClient<Channel>) -> Self {
+        Self { config, store, metrics, chain }
+    }
+
+    /// Runs until `shutdown` is set: standby, active, and back.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+        tokio::spawn(self.clone().follow_head(shutdown.clone()));
+        loop {
+            let Some(claim) = self.acquire(&mut shutdown).await else { return };
+            self.metrics.leases_acquired.inc();
+            self.metrics.active.set(1);
+            tracing::info!(instance = self.config.instance_id, token = claim.token, "Active: holding the ingest lease");
+            let (lost_tx, lost_rx) = watch::channel(false);
+            let renewer = tokio::spawn(self.clone().renew(claim.clone(), lost_tx));
+            let end = self.active(&claim, lost_rx, shutdown.clone()).await;
+            renewer.abort();
+            self.metrics.active.set(0);
+            match end {
+                End::Shutdown => {
+                    let _ = sluice_coord::release(&mut self.store.connection(), &claim).await;
+                    tracing::info!("Lease released");
+                    return;
+                }
+                End::LeaseLost => {
+                    self.metrics.leases_lost.inc();
+                    tracing::warn!("Lease lost: stopped sending; back to standby");
+                }
+                End::Failed(e) => {
+                    self.metrics.errors.with_label_values(&["active"]).inc();
+                    tracing::error!(error = %e, "Streaming failed; releasing the lease and starting over from the cursor");
+                    let _ = sluice_coord::release(&mut self.store.connection(), &claim).await;
+                    tokio::select! {
+                        () = tokio::time::sleep(self.config.reconnect_max) => {}
+                        () = stopped(&mut shutdown) => return,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Standby: tries for the lease every third of its time.
+    async fn acquire(&self, shutdown: &mut watch::Receiver<bool>) -> Option<Claim> {
+        let keys = &self.store.keys;
+        let mut logged = false;
+        loop {
+            if *shutdown.borrow() {
+                return None;
+            }
+            let mut conn = self.store.connection();
+            match sluice_coord::acquire(
+                &mut conn,
+                &keys.lease,
+                &keys.fence,
+                &self.config.instance_id,
+                self.config.lease_ttl,
+            )
+            .await
+            {
+                Ok(Some(claim)) => return Some(claim),
+                Ok(None) if !logged => {
+                    tracing::info!(instance = self.config.instance_id, "Standby: another instance is active");
+                    logged = true;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.metrics.errors.with_label_values(&["lease"]).inc();
+                    tracing::warn!(error = %e, "Lease attempt failed (Redis)");
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(self.config.lease_ttl / 3) => {}
+                () = stopped(shutdown) => return None,
+            }
+        }
+    }
+
+    /// Renews the lease every third of its time; signals `lost` when refused,
+    /// or when renewal failed for two thirds of it (before it can lapse).
+    async fn renew(self, claim: Claim, lost: watch::Sender<bool>) {
+        let ttl = self.config.lease_ttl;
+        let mut last_ok = Instant::now();
+        loop {
+            tokio::time::sleep(ttl / 3).await;
+            match sluice_coord::renew(&mut self.store.connection(), &claim, ttl).await {
+                Ok(true) => last_ok = Instant::now(),
+                Ok(false) => break,
+                Err(e) => {
+                    self.metrics.errors.with_label_values(&["renew"]).inc();
+                    if last_ok.elapsed() >= ttl * 2 / 3 {
+                        tracing::warn!(error = %e, "Lease not renewed for two thirds of its time");
+                        break;
+                    }
+                }
+            }
+        }
+        lost.send_replace(true);
+    }
+
+    /// Keeps the head and lag gauges current.
+    async fn follow_head(self, mut shutdown: watch::Receiver<bool>) {
+        loop {
+            if let Ok(head) = self.chain.clone().get_head(GetHeadRequest {}).await {
+                let head = head.into_inner().head_slot as i64;
+                self.metrics.head_slot.set(head);
+                if self.metrics.active.get() == 1 {
+                    self.metrics.slots_behind.set((head - self.metrics.cursor_slot.get()).max(0));
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                () = stopped(&mut shutdown) => return,
+            }
+        }
+    }
+
+    async fn first_slot(&self, cursor: Option<u64>) -> Result<u64, String> {
+        Ok(match (cursor, self.config.start) {
+            (Some(c), _) => c + 1,
+            (None, Start::Genesis) => 0,
+            (None, Start::Slot(s)) => s,
+            (None, Start::Head) => {
+                let head = self.chain.clone().get_head(GetHeadRequest {}).await.map_err(|e| e.message().to_string())?;
+                head.into_inner().head_slot
+            }
+        })
+    }
+
+    /// One active period, until shutdown, a lost lease or a failure.
+    async fn active(&self, claim: &Claim, mut lost: watch::Receiver<bool>, mut shutdown: watch::Receiver<bool>) -> End {
+        let (cursor, sent) = match self.store.position().await {
+            Ok(p) => p,
+            Err(e) => return End::Failed(format!("reading the cursor: {e}")),
+        };
+        let first = match self.first_slot(cursor).await {
+            Ok(s) => s,
+            Err(e) => return End::Failed(format!("reading the chain head: {e}")),
+        };
+        // Slots a previous active instance sent past the cursor: sent again.
+        let resend_until = sent.filter(|s| Some(*s) > cursor);
+        let mut producer = match PipelinedProducer::<Tag>::new(&self.config.kafka, self.config.max_in_flight) {
+            Ok(p) => p,
+            Err(e) => return End::Failed(e.to_string()),
+        };
+        tracing::info!(first_slot = first, ?cursor, ?resend_until, "Streaming");
+        let mut session = Session { tracker: SlotTracker::new(first), written: cursor, resend_until };
+        let mut backoff = self.config.reconnect_min;
+        let mut tick = tokio::time::interval(self.config.cursor_interval);
+        loop {
+            let from = session.tracker.resume_slot();
+            let mut chain = self.chain.clone();
+            let opened = tokio::select! {
+                opened = chain.subscribe(SubscribeRequest { from_slot: from }) => opened,
+                () = stopped(&mut lost) => return End::LeaseLost,
+                () = stopped(&mut shutdown) => return self.drain(claim, &mut producer, &mut session).await,
+            };
+            match opened {
+                Ok(stream) => {
+                    let mut stream = stream.into_inner();
+                    loop {
+                        tokio::select! {
+                            biased;
+                            () = stopped(&mut lost) => return End::LeaseLost,
+                            () = stopped(&mut shutdown) => return self.drain(claim, &mut producer, &mut session).await,
+                            _ = tick.tick() => {
+                                let acked = match producer.poll_acked() {
+                                    Ok(a) => a,
+                                    Err(e) => return End::Failed(e.to_string()),
+                                };
+                                self.acked(&mut session, acked);
+                                match self.write_cursor(claim, &mut session).await {
+                                    Ok(Written::Moved) => {}
+                                    Ok(Written::Refused) => return End::LeaseLost,
+                                    Err(e) => {
+                                        self.metrics.errors.with_label_values(&["cursor"]).inc();
+                                        tracing::warn!(error = %e, "Cursor write failed (Redis); will retry");
+                                    }
+                                }
+                            }
+                            message = stream.message() => match message {
+                                Ok(Some(update)) => {
+                                    backoff = self.config.reconnect_min;
+                                    if let Err(e) = self.handle(update.update, &mut producer, &mut session).await {
+                                        return End::Failed(e.to_string());
+                                    }
+                                }
+                                Ok(None) => {
+                                    self.metrics.reconnects.with_label_values(&["ended"]).inc();
+                                    tracing::warn!(resume = session.tracker.resume_slot(), "Chain stream ended; reconnecting");
+                                    break;
+                                }
+                                Err(status) => {
+                                    self.metrics.reconnects.with_label_values(&["error"]).inc();
+                                    tracing::warn!(error = %status.message(), resume = session.tracker.resume_slot(), "Chain stream failed; reconnecting");
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                }
+                Err(status) => {
+                    self.metrics.reconnects.with_label_values(&["connect"]).inc();
+                    tracing::warn!(error = %status.message(), "Cannot subscribe to the chain; retrying");
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(backoff) => {}
+                () = stopped(&mut lost) => return End::LeaseLost,
+                () = stopped(&mut shutdown) => return self.drain(claim, &mut producer, &mut session).await,
+            }
+            backoff = (backoff * 2).min(self.config.reconnect_max);
+        }
+    }
+
+    /// Sends one stream update.
+    async fn handle(
+        &self,
+        update: Option<Update>,
+        producer: &mut PipelinedProducer<Tag>,
+        session: &mut Session,
+    ) -> Result<(), ProduceError> {
+        match update {
+            Some(Update::Transaction(tx)) => {
+                if !session.tracker.wants(tx.slot, tx.index) {
+                    return Ok(()); // sent before the stream dropped
+                }
+                let payload = tx.encode_to_vec();
+                let keys = record_keys(&tx);
+                let first = session.tracker.next_seq();
+                for (i, key) in keys.iter().enumerate() {
+                    let acked = producer
+                        .send(&self.config.topic, key.as_bytes(), &payload, (first + i as u64, Instant::now()))
+                        .await?;
+                    self.acked(session, acked);
+                }
+                session.tracker.sent(tx.slot, tx.index, keys.len() as u64);
+                self.metrics.produced_transactions.inc();
+                if session.resend_until.is_some_and(|until| tx.slot <= until) {
+                    self.metrics.resent_records.inc_by(keys.len() as u64);
+                }
+                self.metrics.in_flight.set(session.tracker.in_flight() as i64);
+            }
+            Some(Update::SlotEnd(end)) => session.tracker.slot_end(end.slot),
+            None => {}
+        }
+        Ok(())
+    }
+
+    fn acked(&self, session: &mut Session, acked: Vec<Acked<Tag>>) {
+        for a in &acked {
+            self.metrics.delivery_latency.observe(a.tag.1.elapsed().as_secs_f64());
+        }
+        if let Some(last) = acked.last() {
+            session.tracker.acked(last.tag.0);
+            self.metrics.produced_records.inc_by(acked.len() as u64);
+            self.metrics.in_flight.set(session.tracker.in_flight() as i64);
+        }
+    }
+
+    /// Writes the cursor if it moved.
+    async fn write_cursor(&self, claim: &Claim, session: &mut Session) -> redis::RedisResult<Written> {
+        let Some(cursor) = session.tracker.cursor() else { return Ok(Written::Moved) };
+        if session.written.is_some_and(|w| w >= cursor) {
+            return Ok(Written::Moved);
+        }
+        let sent = session.tracker.resume_slot().saturating_sub(1).max(cursor);
+        let written = self.store.advance(claim, cursor, sent).await?;
+        if written == Written::Moved {
+            session.written = Some(cursor);
+            self.metrics.cursor_slot.set(cursor as i64);
+            self.metrics.slots_behind.set((self.metrics.head_slot.get() - cursor as i64).max(0));
+        }
+        Ok(written)
+    }
+
+    /// Shutdown: waits for what is in flight (within the deadline), records
+    /// the cursor, and ends.
+    async fn drain(&self, claim: &Claim, producer: &mut PipelinedProducer<Tag>, session: &mut Session) -> End {
+        match tokio::time::timeout(self.config.shutdown_deadline, producer.flush()).await {
+            Ok(Ok(acked)) => self.acked(session, acked),
+            Ok(Err(e)) => tracing::warn!(error = %e, "Flushing on shutdown failed; the cursor stays behind"),
+            Err(_) => tracing::warn!("Flushing on shutdown timed out; the cursor stays behind"),
+        }
+        if let Err(e) = self.write_cursor(claim, session).await {
+            tracing::warn!(error = %e, "Writing the final cursor failed");
+        }
+        tracing::info!(cursor = ?session.tracker.cursor(), "Drained");
+        End::Shutdown
+    }
+}
+
+/// One active period's position.
+#[derive(Debug)]
+struct Session {
+    tracker: SlotTracker,
+    /// The cursor as last written to Redis.
+    written: Option<u64>,
+    /// Slots up to this one were sent by a previous active instance.
+    resend_until: Option<u64>,
+}

@@ -1,0 +1,86 @@
+//! ingest: the chain's `Subscribe` stream into Kafka `chain.transactions`.
+//! Run two: one is active (it holds a lease in Redis), the other stands by
+//! and takes over within the lease time when the active one dies.
+//!
+//! Configuration: `SLUICE_INGEST_…` variables (see README.md and
+//! `sluice_ingest::config`); every bad or unknown one is reported by name
+//! and the process exits with status 2.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use sluice_ingest::config::IngestConfig;
+use sluice_ingest::gateway::{Gateway, chain_client};
+use sluice_ingest::metrics::Metrics;
+use sluice_ingest::store::Store;
+use sluice_service::env::EnvReader;
+use sluice_service::{signal, telemetry};
+use tokio::sync::watch;
+
+fn main() -> anyhow::Result<()> {
+    telemetry::init();
+    let mut env = EnvReader::from_env("SLUICE_INGEST_");
+    let config = IngestConfig::read(&mut env);
+    if let Err(e) = env.finish() {
+        tracing::error!("{e}");
+        std::process::exit(2);
+    }
+    let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
+    let deadline = config.shutdown_deadline;
+    let result = tokio.block_on(run(config));
+    tokio.shutdown_timeout(deadline / 10);
+    result
+}
+
+async fn run(config: IngestConfig) -> anyhow::Result<()> {
+    let metrics = Metrics::new();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let ready = Arc::new(AtomicBool::new(false));
+    let check = Arc::clone(&ready);
+    let mut admin_stop = stop_rx.clone();
+    let (admin_addr, admin_task) = sluice_service::admin::serve(
+        config.admin_listen,
+        metrics.registry.clone(),
+        Arc::new(move || if check.load(Ordering::SeqCst) { Ok(()) } else { Err("not connected to Redis".into()) }),
+        async move {
+            let _ = admin_stop.wait_for(|s| *s).await;
+        },
+    )
+    .await
+    .with_context(|| format!("binding the admin port {}", config.admin_listen))?;
+    tracing::info!(%admin_addr, instance = config.instance_id, "Admin HTTP serving");
+
+    let client = redis::Client::open(config.redis_url.as_str()).context("SLUICE_INGEST_REDIS_URL")?;
+    let shutdown = signal::shutdown();
+    tokio::pin!(shutdown);
+    let mut delay = Duration::from_millis(200);
+    let conn = loop {
+        tokio::select! {
+            conn = redis::aio::ConnectionManager::new(client.clone()) => match conn {
+                Ok(conn) => break conn,
+                Err(e) => tracing::warn!(error = %e, "Redis not reachable; retrying"),
+            },
+            () = &mut shutdown => {
+                let _ = stop_tx.send(true);
+                return Ok(());
+            }
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(5));
+    };
+    let store = Store::new(conn, &config.redis_prefix);
+    let chain = chain_client(&config.chain_url).map_err(anyhow::Error::msg)?;
+    let gateway = Gateway::new(config, store, metrics, chain);
+    ready.store(true, Ordering::SeqCst);
+    let running = tokio::spawn(gateway.run(stop_rx));
+    shutdown.await;
+    tracing::info!("Shutting down: flushing and recording the cursor");
+    ready.store(false, Ordering::SeqCst);
+    let _ = stop_tx.send(true);
+    let _ = running.await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), admin_task).await;
+    tracing::info!("Ingest stopped");
+    Ok(())
+}
