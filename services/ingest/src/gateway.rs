@@ -205,7 +205,8 @@ impl Gateway {
             Err(e) => return End::Failed(e.to_string()),
         };
         tracing::info!(first_slot = first, ?cursor, ?resend_until, "Streaming");
-        let mut session = Session { tracker: SlotTracker::new(first), written: cursor, resend_until };
+        let mut session =
+            Session { tracker: SlotTracker::new(first), written: cursor, sent_written: sent, resend_until };
         let mut backoff = self.config.reconnect_min;
         let mut tick = tokio::time::interval(self.config.cursor_interval);
         loop {
@@ -242,8 +243,12 @@ impl Gateway {
                             message = stream.message() => match message {
                                 Ok(Some(update)) => {
                                     backoff = self.config.reconnect_min;
+                                    let ended = matches!(update.update, Some(Update::SlotEnd(_)));
                                     if let Err(e) = self.handle(update.update, &mut producer, &mut session).await {
                                         return End::Failed(e.to_string());
+                                    }
+                                    if ended && let Some(end) = self.slot_ended(claim, &mut session).await {
+                                        return end;
                                     }
                                 }
                                 Ok(None) => {
@@ -308,6 +313,20 @@ impl Gateway {
         Ok(())
     }
 
+    /// At a slot's end: records how far sending got (and the cursor), so a
+    /// takeover knows which of its records are sent again.
+    async fn slot_ended(&self, claim: &Claim, session: &mut Session) -> Option<End> {
+        match self.write_cursor(claim, session).await {
+            Ok(Written::Refused) => Some(End::LeaseLost),
+            Ok(Written::Moved) => None,
+            Err(e) => {
+                self.metrics.errors.with_label_values(&["cursor"]).inc();
+                tracing::warn!(error = %e, "Cursor write failed (Redis); will retry");
+                None
+            }
+        }
+    }
+
     fn acked(&self, session: &mut Session, acked: Vec<Acked<Tag>>) {
         for a in &acked {
             self.metrics.delivery_latency.observe(a.tag.1.elapsed().as_secs_f64());
@@ -319,16 +338,17 @@ impl Gateway {
         }
     }
 
-    /// Writes the cursor if it moved.
+    /// Writes the cursor and the sent slot if either moved.
     async fn write_cursor(&self, claim: &Claim, session: &mut Session) -> redis::RedisResult<Written> {
         let Some(cursor) = session.tracker.cursor() else { return Ok(Written::Moved) };
-        if session.written.is_some_and(|w| w >= cursor) {
+        let sent = session.tracker.resume_slot().saturating_sub(1).max(cursor);
+        if session.written.is_some_and(|w| w >= cursor) && session.sent_written >= Some(sent) {
             return Ok(Written::Moved);
         }
-        let sent = session.tracker.resume_slot().saturating_sub(1).max(cursor);
         let written = self.store.advance(claim, cursor, sent).await?;
         if written == Written::Moved {
             session.written = Some(cursor);
+            session.sent_written = Some(sent);
             self.metrics.cursor_slot.set(cursor as i64);
             self.metrics.slots_behind.set((self.metrics.head_slot.get() - cursor as i64).max(0));
         }
@@ -355,8 +375,9 @@ impl Gateway {
 #[derive(Debug)]
 struct Session {
     tracker: SlotTracker,
-    /// The cursor as last written to Redis.
+    /// The cursor and the sent slot as last written to Redis.
     written: Option<u64>,
+    sent_written: Option<u64>,
     /// Slots up to this one were sent by a previous active instance.
     resend_until: Option<u64>,
 }

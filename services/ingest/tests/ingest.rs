@@ -1,0 +1,249 @@
+//! The ingest against chainsim, the real broker and the real Redis, as
+//! processes: every transaction of the chain up to the stored cursor is in
+//! Kafka, one record per pool touched; a cut stream is resumed exactly
+//! where sending stopped (no gap, no duplicate); when the active instance is
+//! SIGKILLed the standby takes over within the lease time, and still no
+//! transaction is missing.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use prost::Message;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use sluice_chainsim::server::{ChainNode, ServerOptions};
+use sluice_chainsim::{Chain, ChainConfig};
+use sluice_core::route::record_keys;
+use sluice_kafka::{KafkaConfig, TopicSpec, ensure_topics};
+use sluice_proto::chain::v1::ChainTransaction;
+
+const PARTITIONS: i32 = 6;
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
+
+fn metric(port: u16, name: &str) -> f64 {
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return f64::NAN };
+    let _ = write!(stream, "GET /metrics HTTP/1.0\r\n\r\n");
+    let mut body = String::new();
+    let _ = stream.read_to_string(&mut body);
+    body.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// One test's names and chain.
+struct Setup {
+    kafka: KafkaConfig,
+    topic: String,
+    prefix: String,
+    chain: ChainConfig,
+    chain_url: String,
+}
+
+async fn setup(name: &str, cut_streams_after: Option<u64>) -> Setup {
+    let id = sluice_testkit::unique(name);
+    let kafka = sluice_testkit::kafka();
+    let topic = format!("{id}.chain.transactions");
+    ensure_topics(&kafka, &[TopicSpec::new(&topic, PARTITIONS)], Duration::from_secs(60)).await.expect("topic");
+    // 100 ms slots, about 60 transactions each, the first 20 slots already due.
+    let chain = ChainConfig {
+        seed: 23,
+        genesis_ms: now_ms() - 2_000,
+        slot_ms: 100,
+        tx_per_sec: 600,
+        pools: 16,
+        ..ChainConfig::default()
+    };
+    let (listener, addr) = ChainNode::bind(([127, 0, 0, 1], 0).into()).await.expect("bind");
+    let node = ChainNode::start(
+        Chain::new(chain.clone()).expect("chain"),
+        &ServerOptions { cut_streams_after, ..ServerOptions::default() },
+    );
+    tokio::spawn(node.serve(listener, std::future::pending()));
+    Setup { kafka, topic, prefix: format!("{id}:"), chain, chain_url: format!("http://{addr}") }
+}
+
+struct Ingest {
+    child: Option<Child>,
+    admin: u16,
+    log: std::path::PathBuf,
+}
+
+impl Ingest {
+    fn start(s: &Setup, name: &str) -> Self {
+        let admin = free_port();
+        let log = std::env::temp_dir().join(format!("{}{name}.log", s.prefix.trim_end_matches(':')));
+        let child = Command::new(env!("CARGO_BIN_EXE_sluice-ingest"))
+            .env("SLUICE_INGEST_KAFKA_BROKERS", &s.kafka.brokers)
+            .env("SLUICE_INGEST_REDIS_URL", sluice_testkit::redis_url())
+            .env("SLUICE_INGEST_REDIS_PREFIX", &s.prefix)
+            .env("SLUICE_INGEST_CHAIN_URL", &s.chain_url)
+            .env("SLUICE_INGEST_TOPIC", &s.topic)
+            .env("SLUICE_INGEST_INSTANCE_ID", name)
+            .env("SLUICE_INGEST_LEASE_TTL_MS", "1500")
+            .env("SLUICE_INGEST_ADMIN_LISTEN", format!("127.0.0.1:{admin}"))
+            .env("SLUICE_LOG_FORMAT", "plain")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("starting sluice-ingest");
+        Self { child: Some(child), admin, log }
+    }
+
+    fn active(&self) -> bool {
+        metric(self.admin, "sluice_ingest_active") == 1.0
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn terminate(&mut self) -> Option<i32> {
+        let mut child = self.child.take()?;
+        let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        None
+    }
+
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        text.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
+    }
+}
+
+impl Drop for Ingest {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+async fn wait_until(what: &str, limit: Duration, check: impl Fn() -> bool) -> Duration {
+    let started = Instant::now();
+    while !check() {
+        assert!(started.elapsed() < limit, "not {what} within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    started.elapsed()
+}
+
+/// Every (signature, key) record in the topic, with how often it occurs.
+fn read_topic(s: &Setup) -> HashMap<(String, String), usize> {
+    let consumer: BaseConsumer = s
+        .kafka
+        .client()
+        .set("group.id", sluice_testkit::unique("ingest-check"))
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let total: i64 = (0..PARTITIONS)
+        .map(|p| consumer.fetch_watermarks(&s.topic, p, Duration::from_secs(10)).expect("watermarks").1)
+        .sum();
+    consumer.subscribe(&[&s.topic]).expect("subscribe");
+    let mut out = HashMap::new();
+    let mut read = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while read < total && Instant::now() < deadline {
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
+            use rdkafka::Message as _;
+            let tx = ChainTransaction::decode(m.payload().unwrap_or_default()).expect("a transaction");
+            let key = String::from_utf8_lossy(m.key().unwrap_or_default()).to_string();
+            *out.entry((tx.signature, key)).or_insert(0) += 1;
+            read += 1;
+        }
+    }
+    assert_eq!(read, total, "read the whole topic");
+    out
+}
+
+/// The records the chain's slots up to `last` must have produced.
+fn expected(chain: &ChainConfig, last: u64) -> HashSet<(String, String)> {
+    let mut chain = Chain::new(chain.clone()).expect("chain");
+    let mut out = HashSet::new();
+    while chain.next_slot() <= last {
+        for generated in chain.next_block().transactions {
+            for key in record_keys(&generated.tx) {
+                out.insert((generated.tx.signature.clone(), key.to_string()));
+            }
+        }
+    }
+    out
+}
+
+async fn cursor(s: &Setup) -> u64 {
+    let client = redis::Client::open(sluice_testkit::redis_url()).expect("url");
+    let mut conn = client.get_multiplexed_async_connection().await.expect("redis");
+    let cursor: Option<u64> =
+        redis::cmd("GET").arg(format!("{}ingest:cursor", s.prefix)).query_async(&mut conn).await.expect("GET");
+    cursor.expect("a cursor was written")
+}
+
+/// Checks the topic against the chain up to the cursor; returns
+/// (records expected, duplicates in the topic).
+async fn check(s: &Setup) -> (usize, usize) {
+    let last = cursor(s).await;
+    let want = expected(&s.chain, last);
+    let got = read_topic(s);
+    let missing: Vec<_> = want.iter().filter(|r| !got.contains_key(*r)).take(5).collect();
+    assert!(missing.is_empty(), "records of slots up to the cursor {last} missing from Kafka, e.g. {missing:?}");
+    let duplicates = got.values().map(|n| n - 1).sum();
+    eprintln!("cursor at slot {last}: {} records expected, all present; {duplicates} duplicates", want.len());
+    (want.len(), duplicates)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_stream_resumes_where_it_stopped_with_no_gap_and_no_duplicate() {
+    let s = setup("ingest-cut", Some(700)).await;
+    let mut a = Ingest::start(&s, "cut-a");
+    wait_until("active", Duration::from_secs(30), || a.active()).await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let reconnects = metric(a.admin, "sluice_ingest_reconnects_total");
+    assert_eq!(a.terminate(), Some(0), "{}", a.log_tail());
+    assert!(reconnects >= 3.0, "the stream was cut and re-opened: {reconnects}");
+    let (records, duplicates) = check(&s).await;
+    assert!(records > 3_000, "{records}");
+    assert_eq!(duplicates, 0, "a reconnect resumes inside the slot it stopped in");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_standby_takes_over_when_the_active_instance_is_killed() {
+    let s = setup("ingest-takeover", None).await;
+    let mut one = Ingest::start(&s, "one");
+    let mut two = Ingest::start(&s, "two");
+    wait_until("one instance active", Duration::from_secs(30), || one.active() || two.active()).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!(one.active() && two.active()), "never two active instances");
+    let (active, standby) = if one.active() { (&mut one, &mut two) } else { (&mut two, &mut one) };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = cursor(&s).await;
+    active.kill();
+    let took = wait_until("the standby active", Duration::from_secs(10), || standby.active()).await;
+    eprintln!("standby active {took:?} after the SIGKILL (lease 1.5 s)");
+    assert!(took < Duration::from_millis(1_500 + 1_000), "within the lease time: {took:?}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let resent = metric(standby.admin, "sluice_ingest_resent_records_total");
+    assert_eq!(standby.terminate(), Some(0), "{}", standby.log_tail());
+    let after = cursor(&s).await;
+    assert!(after > before + 10, "the standby moved the cursor on: {before} → {after}");
+    let (_, duplicates) = check(&s).await;
+    eprintln!("{duplicates} duplicates in Kafka; the new active counted {resent} records sent again");
+    assert!(duplicates == 0 || resent > 0.0, "what was sent again is counted");
+}
