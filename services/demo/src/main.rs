@@ -1,0 +1,523 @@
+//! sluice-demo: the whole system on this machine, as real processes.
+//!
+//! chainsim (the chain) → 2 ingest (active/standby) → Kafka → processors
+//! (1..max, added and removed on consumer-group lag by the KEDA + HPA rule
+//! in [`autoscale`], a local stand-in for the cluster) → Redis; 2 scheduler
+//! replicas run the periodic jobs. A live view while traffic runs; then the
+//! ingest stops, the processors drain the lag, and the result is checked
+//! against the chain: pools whose Redis state differs from `GetPool`
+//! (must be 0) and scheduled ticks that ran more than once (must be 0).
+//! A JSON report goes under `results/demo/`.
+//!
+//! Expects the stack (Kafka, Redis) from the environment, as
+//! `deploy/local/demo.sh` provides it, and every binary built next to this
+//! one. Ctrl-C stops everything it started.
+
+mod autoscale;
+mod procs;
+mod report;
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Parser;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use sluice_kafka::{KafkaConfig, TopicSpec, ensure_topics};
+use sluice_proto::chain::v1::GetHeadRequest;
+use sluice_proto::chain::v1::chain_client::ChainClient;
+use sluice_proto::scheduler::v1::TriggerNowRequest;
+use sluice_proto::scheduler::v1::scheduler_admin_client::SchedulerAdminClient;
+
+use crate::autoscale::{Autoscaler, Rule};
+use crate::procs::{Proc, binary, buckets, free_port, quantile, sum};
+use crate::report::{Sample, Settings};
+
+#[derive(Debug, Clone, Parser)]
+#[command(name = "sluice-demo", about = "Run the whole Sluice system locally and check the result against the chain")]
+struct Args {
+    /// How long the chain's traffic runs, seconds.
+    #[arg(long, default_value_t = 120)]
+    seconds: u64,
+    /// Average chain transactions per second outside bursts (bursts: 4× for 6 s every 60 s).
+    #[arg(long, default_value_t = 2_000)]
+    rate: u32,
+    /// Partitions of the demo's topics.
+    #[arg(long, default_value_t = 12)]
+    partitions: u32,
+    /// At most this many processors (KEDA maxReplicaCount).
+    #[arg(long, default_value_t = 4)]
+    max_processors: u32,
+    /// Lag each processor is expected to carry (KEDA lagThreshold).
+    #[arg(long, default_value_t = 3_000)]
+    lag_threshold: u64,
+    /// How often the autoscaler decides (the HPA syncs every 15 s).
+    #[arg(long, default_value_t = 5)]
+    sync_seconds: u64,
+    /// Scale-down stabilization window (the HPA's default is 300 s).
+    #[arg(long, default_value_t = 30)]
+    scale_down_window_seconds: u64,
+    /// After traffic stops, how long the processors may take to drain the lag.
+    #[arg(long, default_value_t = 180)]
+    drain_timeout_seconds: u64,
+    /// Where the JSON report goes.
+    #[arg(long, default_value = "results/demo")]
+    out: PathBuf,
+    /// Where the processes' logs go (default: .stack/<run id>/).
+    #[arg(long)]
+    logs: Option<PathBuf>,
+    #[arg(long, env = "SLUICE_KAFKA_BROKERS")]
+    brokers: String,
+    #[arg(long, env = "SLUICE_REDIS_URL")]
+    redis_url: String,
+}
+
+/// Names of one run: nothing shared with earlier runs.
+#[derive(Debug, Clone)]
+struct Names {
+    id: String,
+    topic: String,
+    swaps: String,
+    dlq: String,
+    group: String,
+    prefix: String,
+}
+
+/// Everything the demo started.
+struct System {
+    args: Args,
+    names: Names,
+    logs: PathBuf,
+    chain: Proc,
+    chain_url: String,
+    schedulers: Vec<Proc>,
+    ingest: Vec<Proc>,
+    processors: Vec<Proc>,
+    next_processor: u32,
+}
+
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout(), "{line}");
+}
+
+/// Moves the cursor up `lines` and clears below (redrawing the live view).
+fn rewind(lines: usize) {
+    use std::io::Write;
+    let _ = write!(std::io::stdout(), "\x1b[{lines}A\x1b[J");
+}
+
+impl System {
+    fn env(&self, prefix: &str, pairs: &[(&str, String)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| (format!("{prefix}{k}"), v.clone())).collect()
+    }
+
+    /// A process that should be running and is not.
+    fn dead(&mut self) -> Option<String> {
+        std::iter::once(&mut self.chain)
+            .chain(self.schedulers.iter_mut())
+            .chain(self.ingest.iter_mut())
+            .chain(self.processors.iter_mut())
+            .find_map(|p| (!p.is_running()).then(|| p.name.clone()))
+    }
+
+    fn start_processor(&mut self) -> anyhow::Result<()> {
+        self.next_processor += 1;
+        let name = format!("processor-{}", self.next_processor);
+        let port = free_port();
+        let n = &self.names;
+        let env = self.env(
+            "SLUICE_PROCESSOR_",
+            &[
+                ("KAFKA_BROKERS", self.args.brokers.clone()),
+                ("REDIS_URL", self.args.redis_url.clone()),
+                ("REDIS_PREFIX", n.prefix.clone()),
+                ("GROUP_ID", n.group.clone()),
+                ("INPUT_TOPIC", n.topic.clone()),
+                ("SWAPS_TOPIC", n.swaps.clone()),
+                ("DLQ_TOPIC", n.dlq.clone()),
+                ("ADMIN_LISTEN", format!("127.0.0.1:{port}")),
+                ("SESSION_TIMEOUT_MS", "15000".into()),
+                ("SHUTDOWN_DEADLINE_MS", "20000".into()),
+            ],
+        );
+        let p = Proc::start(&name, &binary("processor")?, &[], &env, port, &self.logs)?;
+        self.processors.push(p);
+        Ok(())
+    }
+
+    fn start_ingest(&mut self, i: usize) -> anyhow::Result<()> {
+        let port = free_port();
+        let n = &self.names;
+        let env = self.env(
+            "SLUICE_INGEST_",
+            &[
+                ("KAFKA_BROKERS", self.args.brokers.clone()),
+                ("REDIS_URL", self.args.redis_url.clone()),
+                ("REDIS_PREFIX", n.prefix.clone()),
+                ("CHAIN_URL", self.chain_url.clone()),
+                ("TOPIC", n.topic.clone()),
+                ("INSTANCE_ID", format!("ingest-{i}")),
+                ("LEASE_TTL_MS", "3000".into()),
+                ("ADMIN_LISTEN", format!("127.0.0.1:{port}")),
+            ],
+        );
+        let p = Proc::start(&format!("ingest-{i}"), &binary("sluice-ingest")?, &[], &env, port, &self.logs)?;
+        self.ingest.push(p);
+        Ok(())
+    }
+
+    fn start_scheduler(&mut self, i: usize) -> anyhow::Result<u16> {
+        let port = free_port();
+        let grpc = free_port();
+        let env = self.env(
+            "SLUICE_SCHEDULER_",
+            &[
+                ("REDIS_URL", self.args.redis_url.clone()),
+                ("REDIS_PREFIX", self.names.prefix.clone()),
+                ("CHAIN_URL", self.chain_url.clone()),
+                ("INSTANCE_ID", format!("scheduler-{i}")),
+                ("ADMIN_LISTEN", format!("127.0.0.1:{port}")),
+                ("GRPC_LISTEN", format!("127.0.0.1:{grpc}")),
+                ("LEASE_TTL_MS", "3000".into()),
+                ("JOB_HEARTBEAT_SCHEDULE", "*/5 * * * * *".into()),
+                ("JOB_TOKEN_REFRESH_SCHEDULE", "*/15 * * * * *".into()),
+                ("JOB_POOL_RECONCILE_SCHEDULE", "*/20 * * * * *".into()),
+                ("JOB_POOL_RECONCILE_CATCH_UP_WINDOW_MS", "10000".into()),
+            ],
+        );
+        let p = Proc::start(&format!("scheduler-{i}"), &binary("sluice-scheduler")?, &[], &env, port, &self.logs)?;
+        self.schedulers.push(p);
+        Ok(grpc)
+    }
+}
+
+/// The group's lag and committed total, from Kafka.
+fn lag(consumer: &BaseConsumer, topic: &str, partitions: u32) -> Option<(u64, u64, u64)> {
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions as i32 {
+        tpl.add_partition(topic, p);
+    }
+    let committed = consumer.committed_offsets(tpl, Duration::from_secs(5)).ok()?;
+    let (mut lag, mut done, mut end) = (0u64, 0u64, 0u64);
+    for e in committed.elements() {
+        let c = if let Offset::Offset(o) = e.offset() { o.max(0) as u64 } else { 0 };
+        let high = consumer.fetch_watermarks(topic, e.partition(), Duration::from_secs(5)).ok()?.1.max(0) as u64;
+        lag += high.saturating_sub(c);
+        done += c;
+        end += high;
+    }
+    Some((lag, done, end))
+}
+
+async fn wait_for(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> bool) -> anyhow::Result<()> {
+    let deadline = Instant::now() + limit;
+    while !check().await {
+        anyhow::ensure!(Instant::now() < deadline, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    anyhow::ensure!(args.seconds > 0 && args.rate > 0, "--seconds and --rate must be above 0");
+    anyhow::ensure!(
+        args.max_processors >= 1 && args.max_processors <= args.partitions,
+        "--max-processors must be between 1 and --partitions ({}): more consumers than partitions sit idle",
+        args.partitions
+    );
+    let started_ms = sluice_scheduler::store::now_ms();
+    let id = format!("demo-{}", started_ms / 1000);
+    let names = Names {
+        topic: format!("{id}.chain.transactions"),
+        swaps: format!("{id}.dex.swaps"),
+        dlq: format!("{id}.chain.transactions.dlq"),
+        group: format!("{id}.processor"),
+        prefix: format!("{id}:"),
+        id: id.clone(),
+    };
+    let logs = args.logs.clone().unwrap_or_else(|| PathBuf::from(".stack").join(&id));
+    std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
+    let kafka = KafkaConfig::new(args.brokers.clone());
+    ensure_topics(
+        &kafka,
+        &[
+            TopicSpec::new(&names.topic, args.partitions as i32),
+            TopicSpec::new(&names.swaps, args.partitions as i32),
+            TopicSpec::new(&names.dlq, 3),
+        ],
+        Duration::from_secs(60),
+    )
+    .await
+    .context("creating the demo's topics")?;
+
+    say(&format!("== {id}: the whole system on this machine (logs in {})", logs.display()));
+    let chain_port = free_port();
+    let chain_url = format!("http://127.0.0.1:{chain_port}");
+    let chain = Proc::start(
+        "chainsim",
+        &binary("chainsim")?,
+        &["serve", "--listen", &format!("127.0.0.1:{chain_port}"), "--rate", &args.rate.to_string()],
+        &[],
+        0,
+        &logs,
+    )?;
+    let mut system = System {
+        args: args.clone(),
+        names: names.clone(),
+        logs,
+        chain,
+        chain_url: chain_url.clone(),
+        schedulers: Vec::new(),
+        ingest: Vec::new(),
+        processors: Vec::new(),
+        next_processor: 0,
+    };
+    let run = run(&mut system, started_ms);
+    let outcome = tokio::select! {
+        outcome = run => outcome,
+        _ = tokio::signal::ctrl_c() => {
+            say("\n== interrupted: stopping everything the demo started");
+            Err(anyhow::anyhow!("interrupted"))
+        }
+    };
+    // Dropping the processes stops them (SIGTERM, then SIGKILL).
+    let stop = tokio::task::spawn_blocking(move || {
+        for p in system.ingest.iter_mut().chain(system.processors.iter_mut()).chain(system.schedulers.iter_mut()) {
+            p.stop(Duration::from_secs(25));
+        }
+        system.chain.stop(Duration::from_secs(10));
+    });
+    let _ = stop.await;
+    match outcome {
+        Ok(true) => Ok(()),
+        Ok(false) => {
+            say("== the checks failed (see above)");
+            std::process::exit(1)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Runs the demo; `Ok(passed)`.
+async fn run(system: &mut System, started_ms: i64) -> anyhow::Result<bool> {
+    let args = system.args.clone();
+    let names = system.names.clone();
+    let chain_url = system.chain_url.clone();
+    let mut chain_client = None;
+    wait_for("chainsim serving", Duration::from_secs(30), async || {
+        if let Ok(mut c) = ChainClient::connect(chain_url.clone()).await
+            && c.get_head(GetHeadRequest {}).await.is_ok()
+        {
+            chain_client = Some(c);
+            return true;
+        }
+        false
+    })
+    .await?;
+    let chain = chain_client.context("chain client")?;
+
+    let grpc = system.start_scheduler(0)?;
+    system.start_scheduler(1)?;
+    // The token registry before any processor needs it: trigger the refresh
+    // job now rather than wait for its first tick.
+    let redis = redis::Client::open(args.redis_url.as_str())?;
+    let mut conn = redis.get_multiplexed_async_connection().await.context("connecting to Redis")?;
+    let tokens_key = sluice_dex::registry::tokens_key(&names.prefix);
+    wait_for("the token registry filled by the scheduler", Duration::from_secs(60), async || {
+        if let Ok(mut admin) = SchedulerAdminClient::connect(format!("http://127.0.0.1:{grpc}")).await {
+            let _ = admin.trigger_now(TriggerNowRequest { job: "token-refresh".into() }).await;
+        }
+        let n: u64 = redis::cmd("HLEN").arg(&tokens_key).query_async(&mut conn).await.unwrap_or(0);
+        n > 0
+    })
+    .await?;
+    say("== scheduler ×2 up; token registry written by its token-refresh job");
+    system.start_ingest(0)?;
+    system.start_ingest(1)?;
+    system.start_processor()?;
+    say(&format!(
+        "== ingest ×2 (active/standby), 1 processor; traffic {} tx/s for {} s (bursts ×4 for 6 s every 60 s)",
+        args.rate, args.seconds
+    ));
+    say(&format!(
+        "== autoscaling: a local stand-in for KEDA + HPA: replicas = ceil(lag / {}), 10 % tolerance, up to {} processors, \
+         sync every {} s, scale-down window {} s (Kubernetes defaults: 15 s and 300 s)",
+        args.lag_threshold, args.max_processors, args.sync_seconds, args.scale_down_window_seconds
+    ));
+
+    let consumer: Arc<BaseConsumer> =
+        Arc::new(KafkaConfig::new(args.brokers.clone()).client().set("group.id", &names.group).create()?);
+    let mut scaler = Autoscaler::new(Rule {
+        lag_threshold: args.lag_threshold,
+        min: 1,
+        max: args.max_processors,
+        partitions: args.partitions,
+        tolerance: 0.1,
+        down_window: Duration::from_secs(args.scale_down_window_seconds),
+    });
+    let tty = std::io::stdout().is_terminal();
+    let begin = Instant::now();
+    let mut timeline: Vec<Sample> = Vec::new();
+    let mut decisions = Vec::new();
+    let mut last_sync = Instant::now();
+    let mut traffic_stopped: Option<Instant> = None;
+    let mut drained_after: Option<Duration> = None;
+    let mut last: Option<(Instant, u64, f64)> = None; // (when, committed, ingest tx)
+    let mut latency_before: Vec<(f64, f64)> = Vec::new();
+    let mut peak_lag = 0u64;
+    let mut printed = 0usize;
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if let Some(dead) = system.dead() {
+            anyhow::bail!("{dead} exited unexpectedly; its log is in {}", system.logs.display());
+        }
+        let now = Instant::now();
+        let topic = names.topic.clone();
+        let partitions = args.partitions;
+        let c = Arc::clone(&consumer);
+        let Some((lag, committed, produced)) =
+            tokio::task::spawn_blocking(move || lag(&c, &topic, partitions)).await.ok().flatten()
+        else {
+            continue;
+        };
+        peak_lag = peak_lag.max(lag);
+        let ingest_texts: Vec<String> = system.ingest.iter().map(Proc::metrics).collect();
+        let ingest_tx: f64 = ingest_texts.iter().map(|t| sum(t, "sluice_ingest_produced_transactions_total", "")).sum();
+        let head = ingest_texts.iter().map(|t| sum(t, "sluice_ingest_head_slot", "")).fold(0.0, f64::max);
+        let active = ingest_texts.iter().position(|t| sum(t, "sluice_ingest_active", "") == 1.0);
+        let proc_texts: Vec<String> = system.processors.iter().map(Proc::metrics).collect();
+        let latency_now = buckets(proc_texts.iter().map(String::as_str), "sluice_processor_end_to_end_latency_seconds");
+        let p99 = quantile(&latency_before, &latency_now, 0.99);
+        latency_before = latency_now;
+        let sched_texts: Vec<String> = system.schedulers.iter().map(Proc::metrics).collect();
+        let runs = |job: &str| -> u64 {
+            sched_texts
+                .iter()
+                .map(|t| sum(t, "sluice_scheduler_runs_total", &format!("job=\"{job}\",outcome=\"succeeded\"")))
+                .sum::<f64>() as u64
+        };
+        let (throughput, ingest_rate) = match last {
+            Some((t, c0, tx0)) => {
+                let dt = now.duration_since(t).as_secs_f64().max(0.001);
+                (committed.saturating_sub(c0) as f64 / dt, ((ingest_tx - tx0) / dt).max(0.0))
+            }
+            None => (0.0, 0.0),
+        };
+        last = Some((now, committed, ingest_tx));
+        let sample = Sample {
+            t: begin.elapsed().as_secs_f64(),
+            chain_head_slot: head as u64,
+            ingest_tx_per_sec: ingest_rate,
+            records_produced: produced,
+            lag,
+            lag_seconds: if throughput > 0.0 {
+                lag as f64 / throughput
+            } else if lag == 0 {
+                0.0
+            } else {
+                f64::NAN
+            },
+            processors: system.processors.len() as u32,
+            records_per_sec: throughput,
+            p99_ms: p99.map(|s| s * 1000.0),
+            heartbeat_runs: runs("heartbeat"),
+            token_refresh_runs: runs("token-refresh"),
+            reconcile_runs: runs("pool-reconcile"),
+        };
+        let view = report::view(&sample, args.seconds, traffic_stopped.is_some(), active);
+        if tty {
+            if printed > 0 {
+                rewind(printed);
+            }
+            printed = view.lines().count();
+            say(&view);
+        } else if timeline.len().is_multiple_of(5) {
+            say(&view.replace('\n', " | "));
+        }
+        timeline.push(sample);
+
+        if now.duration_since(last_sync) >= Duration::from_secs(args.sync_seconds) {
+            last_sync = now;
+            let current = system.processors.len() as u32;
+            let d = scaler.decide(now, current, lag);
+            if d.replicas != current {
+                say(&format!("   autoscaler: lag {lag} (metric {}) → {} processors ({})", d.metric, d.replicas, d.why));
+                printed = 0;
+                decisions.push(report::Scaled { t: begin.elapsed().as_secs_f64(), lag, from: current, to: d.replicas });
+            }
+            for _ in current..d.replicas {
+                system.start_processor()?;
+            }
+            for _ in d.replicas..current {
+                if let Some(mut p) = system.processors.pop() {
+                    // A clean drain takes a few seconds; don't hold the view.
+                    tokio::task::spawn_blocking(move || p.stop(Duration::from_secs(25)));
+                }
+            }
+        }
+
+        match traffic_stopped {
+            None if begin.elapsed() >= Duration::from_secs(args.seconds) => {
+                say("== traffic done: stopping the ingest, the processors drain the lag");
+                printed = 0;
+                let ingest: Vec<Proc> = system.ingest.drain(..).collect();
+                tokio::task::spawn_blocking(move || {
+                    for mut p in ingest {
+                        p.stop(Duration::from_secs(25));
+                    }
+                })
+                .await?;
+                traffic_stopped = Some(Instant::now());
+            }
+            Some(at) if lag == 0 => {
+                drained_after = Some(at.elapsed());
+                break;
+            }
+            Some(at) if at.elapsed() > Duration::from_secs(args.drain_timeout_seconds) => break,
+            _ => {}
+        }
+    }
+
+    say("== checking the result against the chain");
+    let summary = report::check(&chain, &args.redis_url, &names.prefix).await?;
+    let (_, consumed, produced) = {
+        let c = Arc::clone(&consumer);
+        let (topic, partitions) = (names.topic.clone(), args.partitions);
+        tokio::task::spawn_blocking(move || lag(&c, &topic, partitions)).await?.unwrap_or_default()
+    };
+    let settings = Settings {
+        seconds: args.seconds,
+        rate: args.rate,
+        partitions: args.partitions,
+        max_processors: args.max_processors,
+        lag_threshold: args.lag_threshold,
+        sync_seconds: args.sync_seconds,
+        scale_down_window_seconds: args.scale_down_window_seconds,
+    };
+    let full = report::Report {
+        id: names.id.clone(),
+        started_ms,
+        settings,
+        records_produced: produced,
+        records_consumed: consumed,
+        peak_lag,
+        drain_seconds: drained_after.map(|d| d.as_secs_f64()),
+        peak_processors: timeline.iter().map(|s| s.processors).max().unwrap_or(0),
+        summary,
+        scaling: decisions,
+        timeline,
+    };
+    std::fs::create_dir_all(&args.out)?;
+    let path = args.out.join(format!("{}.json", names.id));
+    std::fs::write(&path, serde_json::to_string_pretty(&full)?)?;
+    std::fs::write(args.out.join("latest.json"), serde_json::to_string_pretty(&full)?)?;
+    say(&report::summary_text(&full));
+    say(&format!("report: {}", path.display()));
+    Ok(full.passed())
+}

@@ -1,0 +1,252 @@
+//! What the demo shows and writes: the live view, the checks against the
+//! chain, the summary, and the JSON report.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+use sluice_core::pool::PoolState;
+use sluice_proto::chain::v1::chain_client::ChainClient;
+use sluice_proto::chain::v1::{GetPoolRequest, ListPoolsRequest};
+use sluice_scheduler::store::Store;
+use tonic::transport::Channel;
+
+/// One second of the run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sample {
+    pub t: f64,
+    pub chain_head_slot: u64,
+    pub ingest_tx_per_sec: f64,
+    pub records_produced: u64,
+    /// Consumer-group lag, records (high watermarks minus committed offsets).
+    pub lag: u64,
+    /// Lag over the current throughput.
+    pub lag_seconds: f64,
+    pub processors: u32,
+    /// Records committed per second.
+    pub records_per_sec: f64,
+    /// End-to-end (event time to done) p99 over the last second, ms.
+    pub p99_ms: Option<f64>,
+    pub heartbeat_runs: u64,
+    pub token_refresh_runs: u64,
+    pub reconcile_runs: u64,
+}
+
+/// A scaling step.
+#[derive(Debug, Clone, Serialize)]
+pub struct Scaled {
+    pub t: f64,
+    pub lag: u64,
+    pub from: u32,
+    pub to: u32,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Settings {
+    pub seconds: u64,
+    pub rate: u32,
+    pub partitions: u32,
+    pub max_processors: u32,
+    pub lag_threshold: u64,
+    pub sync_seconds: u64,
+    pub scale_down_window_seconds: u64,
+}
+
+/// How often one job's scheduled ticks ran.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobRuns {
+    pub job: String,
+    pub ticks_run: u64,
+    /// Ticks that succeeded more than once (must be 0).
+    pub ticks_run_twice: u64,
+    pub ticks_missed: u64,
+    pub ticks_skipped: u64,
+    pub drift_found: u64,
+}
+
+/// The checks against the chain.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub pools: usize,
+    pub pools_matching: usize,
+    /// Pools whose Redis state differs from the chain's at the same point (must be 0).
+    pub pools_mismatched: Vec<String>,
+    /// Pools whose last slot was only partly sent when the ingest stopped
+    /// (the chain has later swaps in it): not comparable, not wrong.
+    pub pools_mid_slot: usize,
+    pub pools_untouched: usize,
+    pub jobs: Vec<JobRuns>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub id: String,
+    pub started_ms: i64,
+    pub settings: Settings,
+    pub records_produced: u64,
+    pub records_consumed: u64,
+    pub peak_lag: u64,
+    pub drain_seconds: Option<f64>,
+    pub peak_processors: u32,
+    pub summary: Summary,
+    pub scaling: Vec<Scaled>,
+    pub timeline: Vec<Sample>,
+}
+
+impl Report {
+    /// 0 mismatched pools, no tick run twice, the lag drained.
+    pub fn passed(&self) -> bool {
+        self.summary.pools_mismatched.is_empty()
+            && self.summary.jobs.iter().all(|j| j.ticks_run_twice == 0)
+            && self.drain_seconds.is_some()
+    }
+}
+
+fn thousands(n: f64) -> String {
+    let s = format!("{:.0}", n.max(0.0));
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The live view (a few lines).
+pub fn view(s: &Sample, seconds: u64, draining: bool, active_ingest: Option<usize>) -> String {
+    let phase = if draining { "draining".to_string() } else { format!("{:>3.0}/{seconds} s", s.t) };
+    let lag_s = if s.lag_seconds.is_finite() { format!("{:.1} s", s.lag_seconds) } else { "∞".into() };
+    let p99 = s.p99_ms.map_or("-".to_string(), |p| format!("{p:.0} ms"));
+    format!(
+        "  {phase:<10} chain slot {:<6} ingest {:>7} tx/s (active: {})\n  \
+         lag {:>8} records ({lag_s:>6})  processors {}  throughput {:>7} records/s  p99 {p99}\n  \
+         scheduler runs: heartbeat {}, token-refresh {}, pool-reconcile {}",
+        s.chain_head_slot,
+        thousands(s.ingest_tx_per_sec),
+        active_ingest.map_or("none".to_string(), |i| format!("ingest-{i}")),
+        thousands(s.lag as f64),
+        s.processors,
+        thousands(s.records_per_sec),
+        s.heartbeat_runs,
+        s.token_refresh_runs,
+        s.reconcile_runs,
+    )
+}
+
+/// Compares every pool's Redis state with the chain's, and reads how often
+/// each scheduled tick ran.
+pub async fn check(chain: &ChainClient<Channel>, redis_url: &str, prefix: &str) -> anyhow::Result<Summary> {
+    let pools = chain.clone().list_pools(ListPoolsRequest {}).await?.into_inner().pools;
+    let client = redis::Client::open(redis_url)?;
+    let conn = redis::aio::ConnectionManager::new(client).await?;
+    let (mut matching, mut mismatched, mut mid_slot, mut untouched) = (0, Vec::new(), 0, 0);
+    for info in &pools {
+        let Some(ours) = sluice_dex::state::read_pool(&mut conn.clone(), prefix, &info.pool).await? else {
+            untouched += 1;
+            continue;
+        };
+        let slot = ours.last_applied.map_or(0, |s| s.slot);
+        let request = GetPoolRequest { pool: info.pool.clone(), at_slot: slot };
+        let truth = match chain.clone().get_pool(request).await {
+            Ok(wire) => PoolState::from_proto(&wire.into_inner()).map_err(anyhow::Error::msg)?,
+            Err(status) => anyhow::bail!("GetPool {} at slot {slot}: {}", info.pool, status.message()),
+        };
+        if truth == ours {
+            matching += 1;
+        } else if truth.last_applied > ours.last_applied {
+            mid_slot += 1;
+        } else {
+            mismatched.push(info.pool.clone());
+        }
+    }
+    let store = Store::new(conn, prefix, 1_000_000, Duration::from_secs(3600));
+    let mut jobs = Vec::new();
+    for job in ["heartbeat", "token-refresh", "pool-reconcile"] {
+        let runs = store.all_runs(job).await?;
+        let mut per_tick: BTreeMap<i64, u64> = BTreeMap::new();
+        let (mut missed, mut skipped, mut drift) = (0, 0, 0);
+        for r in runs.iter().filter(|r| !r.manual) {
+            match r.outcome.as_str() {
+                "succeeded" => *per_tick.entry(r.tick_ms).or_default() += 1,
+                "missed" => missed += r.ticks,
+                "skipped" => skipped += 1,
+                _ => {}
+            }
+            drift += r.drift_found;
+        }
+        jobs.push(JobRuns {
+            job: job.into(),
+            ticks_run: per_tick.len() as u64,
+            ticks_run_twice: per_tick.values().filter(|n| **n > 1).count() as u64,
+            ticks_missed: missed,
+            ticks_skipped: skipped,
+            drift_found: drift,
+        });
+    }
+    Ok(Summary {
+        pools: pools.len(),
+        pools_matching: matching,
+        pools_mismatched: mismatched,
+        pools_mid_slot: mid_slot,
+        pools_untouched: untouched,
+        jobs,
+    })
+}
+
+/// The closing summary.
+pub fn summary_text(r: &Report) -> String {
+    let s = &r.summary;
+    let mut out = String::new();
+    let mut line = |l: String| {
+        out.push_str(&l);
+        out.push('\n');
+    };
+    line(String::new());
+    line("Sluice demo summary".into());
+    line("-------------------".into());
+    line(format!("records produced         {:>12}", thousands(r.records_produced as f64)));
+    line(format!(
+        "records processed        {:>12}  (committed by the processors' group)",
+        thousands(r.records_consumed as f64)
+    ));
+    line(format!(
+        "peak lag                 {:>12}  records; peak processors {}",
+        thousands(r.peak_lag as f64),
+        r.peak_processors
+    ));
+    line(match r.drain_seconds {
+        Some(d) => format!("drain after traffic      {d:>11.1}s  (lag back to 0)"),
+        None => "drain after traffic         not done  (lag not back to 0 in time)".into(),
+    });
+    for step in &r.scaling {
+        line(format!(
+            "  at {:>5.0} s  lag {:>8}  processors {} → {}",
+            step.t,
+            thousands(step.lag as f64),
+            step.from,
+            step.to
+        ));
+    }
+    line(format!(
+        "pools vs the chain       {:>12}  match, {} mismatch (must be 0), {} mid-slot at the stop, {} untouched",
+        s.pools_matching,
+        s.pools_mismatched.len(),
+        s.pools_mid_slot,
+        s.pools_untouched
+    ));
+    for j in &s.jobs {
+        line(format!(
+            "job {:<20} {:>5} ticks run, {} run twice (must be 0), {} missed, {} skipped{}",
+            j.job,
+            j.ticks_run,
+            j.ticks_run_twice,
+            j.ticks_missed,
+            j.ticks_skipped,
+            if j.job == "pool-reconcile" { format!(", drift found {}", j.drift_found) } else { String::new() }
+        ));
+    }
+    line(format!("result                   {}", if r.passed() { "PASS" } else { "FAIL" }));
+    out
+}
