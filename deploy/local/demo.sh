@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# The main job: brings up the local stack (a real Kafka and a real Redis), runs the
-# simulated chain into Kafka at live pace, and prints what went in.
+# The main job: the whole system on this machine. Brings up the local stack (a real Kafka
+# and a real Redis), runs chainsim, two ingest instances (active/standby), two scheduler
+# replicas and the processors (added and removed on consumer-group lag by a local stand-in
+# for KEDA + HPA), drives traffic, shows a live view, then drains and checks the result
+# against the chain. Writes results/demo/<run>.json and .png.
 #
-# Usage: deploy/local/demo.sh [--seconds N] [--rate TX_PER_SEC] [--keep]
-#   --seconds N   how long the chain runs (default 30)
+# Usage: deploy/local/demo.sh [--seconds N] [--rate TX_PER_SEC] [--keep] [sluice-demo options]
+#   --seconds N   how long the chain's traffic runs (default 120)
 #   --rate R      average transactions per second outside bursts (default 2000)
 #   --keep        leave the stack running afterwards (default: stop it if this run started it)
+#   other options go to sluice-demo (--max-processors, --lag-threshold, --sync-seconds, …;
+#   see: cargo run -p sluice-demo -- --help)
 # The stack's ports and folder come from deploy/local/stack.sh's settings (SLUICE_*).
 set -euo pipefail
 
@@ -13,22 +18,23 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$HERE/../.." && pwd)
 cd "$REPO_ROOT"
 
-seconds=30 rate=2000 keep=0
+keep=0
+args=()
 while (($#)); do
   case $1 in
-    --seconds) seconds=${2:?--seconds needs a value}; shift 2 ;;
-    --rate) rate=${2:?--rate needs a value}; shift 2 ;;
     --keep) keep=1; shift ;;
-    *) sed -n '/^# Usage:/,/^# The stack/s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
+    --seconds|--rate) args+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
+    -h|--help) sed -n '/^# Usage:/,/^# The stack/s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    *) args+=("$1"); shift ;;
   esac
 done
-[[ $seconds =~ ^[1-9][0-9]*$ ]] || { echo "demo.sh: --seconds must be a positive integer, got '$seconds'" >&2; exit 2; }
-[[ $rate =~ ^[1-9][0-9]*$ ]] || { echo "demo.sh: --rate must be a positive integer, got '$rate'" >&2; exit 2; }
 
-command -v cargo >/dev/null || { echo "demo.sh: cargo is not installed" >&2; exit 1; }
+command -v cargo >/dev/null || { echo "demo.sh: cargo is not installed (the Rust toolchain is a prerequisite)" >&2; exit 1; }
+command -v java >/dev/null || { echo "demo.sh: java is not installed (Java 17 runs the Kafka broker)" >&2; exit 1; }
 
-echo "== building chainsim"
-cargo build --locked -q -p sluice-chainsim --bin chainsim
+echo "== building every service (release; the first build takes several minutes)"
+cargo build --locked --release -q --bins
+target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 
 started=0
 if ! "$HERE/stack.sh" status >/dev/null 2>&1; then started=1; fi
@@ -43,28 +49,14 @@ trap stop EXIT
 echo "== bringing up the local stack"
 "$HERE/stack.sh" up
 eval "$("$HERE/stack.sh" env)"
+export SLUICE_KAFKA_BROKERS SLUICE_REDIS_URL
 
-echo "== running the chain into Kafka for ${seconds}s at ${rate} tx/s (bursts ×4 every 60 s)"
-target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-"$target_dir/debug/chainsim" feed \
-  --brokers "$SLUICE_KAFKA_BROKERS" \
-  --rate "$rate" --seconds "$seconds" --paced --json >"$REPO_ROOT/.stack/demo-feed.json"
-
-python3 - "$REPO_ROOT/.stack/demo-feed.json" "$SLUICE_KAFKA_BROKERS" <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))
-secs = r["elapsed_ms"] / 1000
-parts = r["records_per_partition"]
-print()
-print("Sluice demo summary")
-print("-------------------")
-print(f"Kafka                  {sys.argv[2]}  topic chain.transactions ({len(parts)} partitions written)")
-print(f"slots                  {r['first_slot']}..{r['last_slot']}")
-print(f"transactions           {r['transactions']:>10,}  ({r['transactions'] / secs:,.0f} tx/s over {secs:.1f} s)")
-print(f"  swaps                {r['swaps']:>10,}  ({r['multi_hop']:,} multi-hop)")
-print(f"  malformed            {r['malformed']:>10,}  ({100 * r['malformed'] / max(1, r['transactions']):.2f}%)")
-print(f"  unknown venue        {r['unknown_venue']:>10,}  ({100 * r['unknown_venue'] / max(1, r['transactions']):.2f}%)")
-print(f"records acknowledged   {r['records']:>10,}  (one per pool touched, keyed by pool)")
-vals = sorted(int(v) for v in parts.values())
-print(f"records per partition  min {vals[0]:,}  max {vals[-1]:,}")
-PY
+rc=0
+"$target_dir/release/sluice-demo" --out "$REPO_ROOT/results/demo" "${args[@]}" || rc=$?
+if [[ -f $REPO_ROOT/results/demo/latest.json ]] && ((rc != 130)); then
+  id=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["id"])' "$REPO_ROOT/results/demo/latest.json")
+  if "$HERE/results.sh" --demo-plot "$REPO_ROOT/results/demo/latest.json" "$REPO_ROOT/results/demo/$id.png"; then
+    echo "plot: results/demo/$id.png"
+  fi
+fi
+exit "$rc"

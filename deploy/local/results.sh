@@ -6,6 +6,8 @@
 #   deploy/local/results.sh            rewrite results/README.md and results/plots/
 #   deploy/local/results.sh --check --results DIR
 #                                      render DIR's results into a temporary copy (CI smoke)
+#   deploy/local/results.sh --demo-plot REPORT.json OUT.png
+#                                      plot a sluice-demo report (lag, processors, throughput)
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$HERE/../.." && pwd)
@@ -28,5 +30,9 @@ if [[ -z $PY ]]; then
     exit 1
   fi
   PY=/usr/bin/python3
+fi
+if [[ ${1:-} == --demo-plot ]]; then
+  shift
+  exec "$PY" "$REPO_ROOT/results/plot_demo.py" "$@"
 fi
 exec "$PY" "$REPO_ROOT/results/render.py" "$@"

@@ -86,6 +86,17 @@ bench contention --seconds 0.2 --max-p99-us 2000
 bench barrier --base-ms 5 --slow-factor 20 --window-seconds 2 --warmup-seconds 0.5 --min-utilization 0.8
 say "rendering the smoke results (tables and plots, into a temporary copy)"
 "$HERE/results.sh" --check --results "$smoke_out"
+
+say "demo smoke: the whole system (chainsim, ingest x2, scheduler x2, autoscaled processors) for 20 s; must PASS"
+cargo build --locked -q --bins
+target_dir=$(cargo metadata --locked --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+"$target_dir/debug/sluice-demo" --seconds 20 --rate 300 --max-processors 2 --lag-threshold 300 --sync-seconds 2 \
+  --scale-down-window-seconds 6 --out "$smoke_out/demo" --logs "$smoke_out/demo-logs" >"$smoke_out/demo.out" 2>&1 || {
+  tail -n 40 "$smoke_out/demo.out" >&2
+  die "the demo smoke failed (logs: $smoke_out/demo-logs)"
+}
+tail -n 14 "$smoke_out/demo.out"
+"$HERE/results.sh" --demo-plot "$smoke_out/demo/latest.json" "$smoke_out/demo/plot.png"
 rm -rf "$smoke_out"
 
 say "building and running every test (Kafka $SLUICE_KAFKA_BROKERS, Redis $SLUICE_REDIS_URL)"

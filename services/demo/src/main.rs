@@ -241,6 +241,8 @@ async fn main() -> anyhow::Result<()> {
         prefix: format!("{id}:"),
         id: id.clone(),
     };
+    // A report left by an earlier run must not pass for this one's.
+    let _ = std::fs::remove_file(args.out.join("latest.json"));
     let logs = args.logs.clone().unwrap_or_else(|| PathBuf::from(".stack").join(&id));
     std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
     let kafka = KafkaConfig::new(args.brokers.clone());
@@ -389,7 +391,10 @@ async fn run(system: &mut System, started_ms: i64) -> anyhow::Result<bool> {
         peak_lag = peak_lag.max(lag);
         let ingest_texts: Vec<String> = system.ingest.iter().map(Proc::metrics).collect();
         let ingest_tx: f64 = ingest_texts.iter().map(|t| sum(t, "sluice_ingest_produced_transactions_total", "")).sum();
-        let head = ingest_texts.iter().map(|t| sum(t, "sluice_ingest_head_slot", "")).fold(0.0, f64::max);
+        let head = ingest_texts
+            .iter()
+            .map(|t| sum(t, "sluice_ingest_head_slot", ""))
+            .fold(timeline.last().map_or(0.0, |s: &Sample| s.chain_head_slot as f64), f64::max);
         let active = ingest_texts.iter().position(|t| sum(t, "sluice_ingest_active", "") == 1.0);
         let proc_texts: Vec<String> = system.processors.iter().map(Proc::metrics).collect();
         let latency_now = buckets(proc_texts.iter().map(String::as_str), "sluice_processor_end_to_end_latency_seconds");

@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""Plots a sluice-demo report: consumer-group lag, processor instances and
+throughput over the run, the picture an SRE looks at first.
+
+Usage: plot_demo.py REPORT.json OUT.png
+"""
+import json
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def main(report_path, out_path):
+    report = json.load(open(report_path))
+    timeline = report["timeline"]
+    if not timeline:
+        sys.exit(f"{report_path}: empty timeline")
+    t = [s["t"] for s in timeline]
+    settings = report["settings"]
+    fig, (lag, procs, rate) = plt.subplots(3, 1, sharex=True, figsize=(10, 8))
+    fig.suptitle(
+        f"{report['id']}: {settings['rate']:,} tx/s for {settings['seconds']} s, "
+        f"lag threshold {settings['lag_threshold']:,} per processor"
+    )
+    lag.plot(t, [s["lag"] for s in timeline], color="tab:red")
+    lag.axhline(settings["lag_threshold"], color="grey", linestyle=":", label="lag threshold (1 processor)")
+    lag.set_ylabel("group lag (records)")
+    lag.legend(loc="upper right")
+    procs.step(t, [s["processors"] for s in timeline], where="post", color="tab:blue")
+    procs.set_ylabel("processors")
+    procs.set_ylim(0, settings["max_processors"] + 1)
+    rate.plot(t, [s["records_per_sec"] for s in timeline], label="records processed / s", color="tab:green")
+    rate.plot(t, [s["ingest_tx_per_sec"] for s in timeline], label="chain tx ingested / s", color="tab:orange", alpha=0.7)
+    rate.set_ylabel("per second")
+    rate.set_xlabel("seconds since start")
+    rate.legend(loc="upper right")
+    stop = settings["seconds"]
+    for ax in (lag, procs, rate):
+        ax.axvline(stop, color="black", linestyle="--", linewidth=0.8)
+        ax.grid(alpha=0.3)
+    lag.annotate("traffic stops", (stop, 0), xytext=(4, 4), textcoords="offset points", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=100)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    main(sys.argv[1], sys.argv[2])
