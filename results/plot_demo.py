@@ -33,7 +33,7 @@ def main(report_path, out_path):
     procs.set_ylabel("processors")
     procs.set_ylim(0, settings["max_processors"] + 1)
     rate.plot(t, [s["records_per_sec"] for s in timeline], label="records processed / s", color="tab:green")
-    rate.plot(t, [s["ingest_tx_per_sec"] for s in timeline], label="chain tx ingested / s", color="tab:orange", alpha=0.7)
+    rate.plot(t, [s["chain_tx_per_sec"] for s in timeline], label="chain tx / s", color="tab:orange", alpha=0.7)
     rate.set_ylabel("per second")
     rate.set_xlabel("seconds since start")
     rate.legend(loc="upper right")

@@ -26,6 +26,7 @@ use anyhow::Context;
 use clap::Parser;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use sluice_chainsim::ChainConfig;
 use sluice_kafka::{KafkaConfig, TopicSpec, ensure_topics};
 use sluice_proto::chain::v1::GetHeadRequest;
 use sluice_proto::chain::v1::chain_client::ChainClient;
@@ -261,10 +262,22 @@ async fn main() -> anyhow::Result<()> {
     say(&format!("== {id}: the whole system on this machine (logs in {})", logs.display()));
     let chain_port = free_port();
     let chain_url = format!("http://127.0.0.1:{chain_port}");
+    // The chain's shape is known here too, so the view can show its true rate.
+    let chain_config = ChainConfig { seed: 1, genesis_ms: started_ms, tx_per_sec: args.rate, ..ChainConfig::default() };
     let chain = Proc::start(
         "chainsim",
         &binary("chainsim")?,
-        &["serve", "--listen", &format!("127.0.0.1:{chain_port}"), "--rate", &args.rate.to_string()],
+        &[
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{chain_port}"),
+            "--rate",
+            &args.rate.to_string(),
+            "--seed",
+            &chain_config.seed.to_string(),
+            "--genesis-ms",
+            &chain_config.genesis_ms.to_string(),
+        ],
         &[],
         0,
         &logs,
@@ -280,7 +293,7 @@ async fn main() -> anyhow::Result<()> {
         processors: Vec::new(),
         next_processor: 0,
     };
-    let run = run(&mut system, started_ms);
+    let run = run(&mut system, started_ms, &chain_config);
     let outcome = tokio::select! {
         outcome = run => outcome,
         _ = tokio::signal::ctrl_c() => {
@@ -307,7 +320,7 @@ async fn main() -> anyhow::Result<()> {
 }
 
 /// Runs the demo; `Ok(passed)`.
-async fn run(system: &mut System, started_ms: i64) -> anyhow::Result<bool> {
+async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -> anyhow::Result<bool> {
     let args = system.args.clone();
     let names = system.names.clone();
     let chain_url = system.chain_url.clone();
@@ -370,7 +383,7 @@ async fn run(system: &mut System, started_ms: i64) -> anyhow::Result<bool> {
     let mut last_sync = Instant::now();
     let mut traffic_stopped: Option<Instant> = None;
     let mut drained_after: Option<Duration> = None;
-    let mut last: Option<(Instant, u64, f64)> = None; // (when, committed, ingest tx)
+    let mut last: Option<(Instant, u64, f64, u64)> = None; // (when, committed, ingest tx, chain head)
     let mut latency_before: Vec<(f64, f64)> = Vec::new();
     let mut peak_lag = 0u64;
     let mut printed = 0usize;
@@ -391,10 +404,10 @@ async fn run(system: &mut System, started_ms: i64) -> anyhow::Result<bool> {
         peak_lag = peak_lag.max(lag);
         let ingest_texts: Vec<String> = system.ingest.iter().map(Proc::metrics).collect();
         let ingest_tx: f64 = ingest_texts.iter().map(|t| sum(t, "sluice_ingest_produced_transactions_total", "")).sum();
-        let head = ingest_texts
-            .iter()
-            .map(|t| sum(t, "sluice_ingest_head_slot", ""))
-            .fold(timeline.last().map_or(0.0, |s: &Sample| s.chain_head_slot as f64), f64::max);
+        let head = match chain.clone().get_head(GetHeadRequest {}).await {
+            Ok(h) => h.into_inner().head_slot,
+            Err(_) => timeline.last().map_or(0, |s: &Sample| s.chain_head_slot),
+        };
         let active = ingest_texts.iter().position(|t| sum(t, "sluice_ingest_active", "") == 1.0);
         let proc_texts: Vec<String> = system.processors.iter().map(Proc::metrics).collect();
         let latency_now = buckets(proc_texts.iter().map(String::as_str), "sluice_processor_end_to_end_latency_seconds");
@@ -407,17 +420,20 @@ async fn run(system: &mut System, started_ms: i64) -> anyhow::Result<bool> {
                 .map(|t| sum(t, "sluice_scheduler_runs_total", &format!("job=\"{job}\",outcome=\"succeeded\"")))
                 .sum::<f64>() as u64
         };
-        let (throughput, ingest_rate) = match last {
-            Some((t, c0, tx0)) => {
+        let (throughput, ingest_rate, chain_rate) = match last {
+            Some((t, c0, tx0, head0)) => {
                 let dt = now.duration_since(t).as_secs_f64().max(0.001);
-                (committed.saturating_sub(c0) as f64 / dt, ((ingest_tx - tx0) / dt).max(0.0))
+                let chain_tx: u64 =
+                    (head0 + 1..=head).map(|slot| u64::from(chain_config.transactions_in_slot(slot))).sum();
+                (committed.saturating_sub(c0) as f64 / dt, ((ingest_tx - tx0) / dt).max(0.0), chain_tx as f64 / dt)
             }
-            None => (0.0, 0.0),
+            None => (0.0, 0.0, 0.0),
         };
-        last = Some((now, committed, ingest_tx));
+        last = Some((now, committed, ingest_tx, head));
         let sample = Sample {
             t: begin.elapsed().as_secs_f64(),
-            chain_head_slot: head as u64,
+            chain_head_slot: head,
+            chain_tx_per_sec: chain_rate,
             ingest_tx_per_sec: ingest_rate,
             records_produced: produced,
             lag,

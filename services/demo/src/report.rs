@@ -16,6 +16,8 @@ use tonic::transport::Channel;
 pub struct Sample {
     pub t: f64,
     pub chain_head_slot: u64,
+    /// Transactions the chain produced per second (from its schedule).
+    pub chain_tx_per_sec: f64,
     pub ingest_tx_per_sec: f64,
     pub records_produced: u64,
     /// Consumer-group lag, records (high watermarks minus committed offsets).
@@ -120,10 +122,11 @@ pub fn view(s: &Sample, seconds: u64, draining: bool, active_ingest: Option<usiz
     let lag_s = if s.lag_seconds.is_finite() { format!("{:.1} s", s.lag_seconds) } else { "∞".into() };
     let p99 = s.p99_ms.map_or("-".to_string(), |p| format!("{p:.0} ms"));
     format!(
-        "  {phase:<10} chain slot {:<6} ingest {:>7} tx/s (active: {})\n  \
+        "  {phase:<10} chain slot {:<6} {:>7} tx/s   ingest {:>7} tx/s (active: {})\n  \
          lag {:>8} records ({lag_s:>6})  processors {}  throughput {:>7} records/s  p99 {p99}\n  \
          scheduler runs: heartbeat {}, token-refresh {}, pool-reconcile {}",
         s.chain_head_slot,
+        thousands(s.chain_tx_per_sec),
         thousands(s.ingest_tx_per_sec),
         active_ingest.map_or("none".to_string(), |i| format!("ingest-{i}")),
         thousands(s.lag as f64),
