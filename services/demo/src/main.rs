@@ -293,12 +293,12 @@ async fn main() -> anyhow::Result<()> {
         processors: Vec::new(),
         next_processor: 0,
     };
-    let run = run(&mut system, started_ms, &chain_config);
+    let run = async { run(&mut system, started_ms, &chain_config).await.map(Some) };
     let outcome = tokio::select! {
         outcome = run => outcome,
         _ = tokio::signal::ctrl_c() => {
             say("\n== interrupted: stopping everything the demo started");
-            Err(anyhow::anyhow!("interrupted"))
+            Ok(None)
         }
     };
     // Dropping the processes stops them (SIGTERM, then SIGKILL).
@@ -310,10 +310,14 @@ async fn main() -> anyhow::Result<()> {
     });
     let _ = stop.await;
     match outcome {
-        Ok(true) => Ok(()),
-        Ok(false) => {
+        Ok(Some(true)) => Ok(()),
+        Ok(Some(false)) => {
             say("== the checks failed (see above)");
             std::process::exit(1)
+        }
+        Ok(None) => {
+            say("== stopped");
+            std::process::exit(130)
         }
         Err(e) => Err(e),
     }
