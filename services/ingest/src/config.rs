@@ -55,10 +55,7 @@ pub struct IngestConfig {
 
 impl IngestConfig {
     pub fn read(env: &mut EnvReader) -> Self {
-        let default_instance = std::env::var("HOSTNAME")
-            .ok()
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| format!("ingest-{}", std::process::id()));
+        let default_instance = sluice_service::env::default_instance_id("ingest");
         let mut kafka = KafkaConfig::new(env.required::<String>("KAFKA_BROKERS").unwrap_or_default());
         let raw: String = env.or("KAFKA_PROPERTIES", String::new());
         match KafkaConfig::parse_properties(&raw) {

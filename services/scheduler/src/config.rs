@@ -194,10 +194,7 @@ pub struct SchedulerConfig {
 
 impl SchedulerConfig {
     pub fn read(env: &mut EnvReader) -> Self {
-        let default_instance = std::env::var("HOSTNAME")
-            .ok()
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| format!("scheduler-{}", std::process::id()));
+        let default_instance = sluice_service::env::default_instance_id("scheduler");
         let config = Self {
             // Missing, it is one of the problems `finish` reports.
             redis_url: env.required("REDIS_URL").unwrap_or_default(),

@@ -77,20 +77,10 @@ async fn run() -> anyhow::Result<()> {
     let client = redis::Client::open(config.redis_url.as_str()).context("SLUICE_SCHEDULER_REDIS_URL")?;
     let shutdown = signal::shutdown();
     tokio::pin!(shutdown);
-    let mut delay = Duration::from_millis(200);
-    let conn = loop {
-        tokio::select! {
-            conn = redis::aio::ConnectionManager::new(client.clone()) => match conn {
-                Ok(conn) => break conn,
-                Err(e) => tracing::warn!(error = %e, "Redis not reachable; retrying"),
-            },
-            () = &mut shutdown => {
-                let _ = stop_tx.send(true);
-                return Ok(());
-            }
-        }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(5));
+    let connect = || redis::aio::ConnectionManager::new(client.clone());
+    let Some(conn) = signal::until_connected("Redis", connect, shutdown.as_mut()).await else {
+        let _ = stop_tx.send(true);
+        return Ok(());
     };
     let store = Store::new(conn, &config.redis_prefix, config.history_keep, config.history_ttl);
     let engine = Engine::new(config.clone(), store, metrics, entries);

@@ -11,6 +11,12 @@ use std::fmt::Display;
 use std::str::FromStr;
 use std::time::Duration;
 
+/// A replica's default name in leases and histories: the pod's hostname, or
+/// `<role>-<pid>` off Kubernetes. Must be unique per replica.
+pub fn default_instance_id(role: &str) -> String {
+    std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()).unwrap_or_else(|| format!("{role}-{}", std::process::id()))
+}
+
 /// Every problem found in a service's configuration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid configuration:\n  {}", .problems.join("\n  "))]
