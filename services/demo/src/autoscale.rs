@@ -7,8 +7,9 @@
 //! - The HPA (metric type `AverageValue`, target `lagThreshold`) wants
 //!   `ceil(metric / lagThreshold)` replicas, unless
 //!   `metric / (lagThreshold × current)` is within the 10 % tolerance of 1.
-//! - Scale-up: no stabilization; at most `max(current + 4, 2 × current)`
-//!   per sync (the default policies, `selectPolicy: Max`).
+//! - Scale-up: no stabilization; at most `max(start + 4, 2 × start)` where
+//!   `start` is the replica count one policy period (15 s) ago (the default
+//!   policies, `selectPolicy: Max`).
 //! - Scale-down: the highest recommendation within the stabilization
 //!   window (default 300 s), at most 100 % per sync.
 //! - Clamped to `[min, max]`.
@@ -30,6 +31,8 @@ pub struct Rule {
     pub tolerance: f64,
     /// HPA scale-down stabilization window.
     pub down_window: Duration,
+    /// The scale-up policies' period (15 s).
+    pub up_period: Duration,
 }
 
 /// The autoscaler's memory: recent recommendations.
@@ -37,6 +40,8 @@ pub struct Rule {
 pub struct Autoscaler {
     rule: Rule,
     recommendations: VecDeque<(Instant, u32)>,
+    /// Replica counts decided, for the scale-up rate limit.
+    history: VecDeque<(Instant, u32)>,
 }
 
 /// One decision and why.
@@ -52,7 +57,7 @@ pub struct Decision {
 
 impl Autoscaler {
     pub fn new(rule: Rule) -> Self {
-        Self { rule, recommendations: VecDeque::new() }
+        Self { rule, recommendations: VecDeque::new(), history: VecDeque::new() }
     }
 
     /// The replicas to run, given `current` and the group's `total_lag`, at `now`.
@@ -70,8 +75,14 @@ impl Autoscaler {
         while self.recommendations.front().is_some_and(|(t, _)| now.duration_since(*t) > r.down_window) {
             self.recommendations.pop_front();
         }
+        self.history.push_back((now, current));
+        while self.history.front().is_some_and(|(t, _)| now.duration_since(*t) > r.up_period) {
+            self.history.pop_front();
+        }
+        // Replicas at the start of the policy period: the fewest seen in it.
+        let start = self.history.iter().map(|(_, n)| *n).min().unwrap_or(current);
         let (replicas, why) = if recommended > current {
-            let limit = (current + 4).max(current * 2);
+            let limit = (start + 4).max(start * 2).max(current);
             if recommended > limit { (limit, "scale up (rate-limited)") } else { (recommended, "scale up") }
         } else if recommended < current {
             let stabilized = self.recommendations.iter().map(|(_, n)| *n).max().unwrap_or(recommended);
@@ -85,7 +96,9 @@ impl Autoscaler {
         } else {
             (current, "hold")
         };
-        Decision { replicas: replicas.clamp(r.min.max(1), r.max), metric, recommended, why }
+        let replicas = replicas.clamp(r.min.max(1), r.max);
+        self.history.push_back((now, replicas));
+        Decision { replicas, metric, recommended, why }
     }
 }
 
@@ -101,6 +114,7 @@ mod tests {
             partitions: 12,
             tolerance: 0.1,
             down_window: Duration::from_secs(window_s),
+            up_period: Duration::from_secs(15),
         }
     }
 
@@ -126,8 +140,11 @@ mod tests {
         let mut a = scaler(0);
         let t = Instant::now();
         assert_eq!(a.decide(t, 1, 100_000).replicas, 5, "max(1 + 4, 2 × 1)");
-        assert_eq!(a.decide(t, 5, 100_000).replicas, 10, "max(9, 10), then the max of 10");
-        let d = a.decide(t, 10, 100_000);
+        let soon = t + Duration::from_secs(5);
+        assert_eq!(a.decide(soon, 5, 100_000).replicas, 5, "still within the 15 s period that started at 1");
+        let later = t + Duration::from_secs(20);
+        assert_eq!(a.decide(later, 5, 100_000).replicas, 10, "a new period: max(9, 10), then the max of 10");
+        let d = a.decide(later, 10, 100_000);
         assert_eq!((d.metric, d.replicas), (1_200, 10), "KEDA caps the metric at partitions × threshold");
     }
 

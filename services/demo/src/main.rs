@@ -98,6 +98,8 @@ struct System {
     ingest: Vec<Proc>,
     processors: Vec<Proc>,
     next_processor: u32,
+    /// Processes being stopped in the background (scale-down, the ingest).
+    stopping: Vec<tokio::task::JoinHandle<()>>,
 }
 
 fn say(line: &str) {
@@ -292,23 +294,34 @@ async fn main() -> anyhow::Result<()> {
         ingest: Vec::new(),
         processors: Vec::new(),
         next_processor: 0,
+        stopping: Vec::new(),
     };
     let run = async { run(&mut system, started_ms, &chain_config).await.map(Some) };
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let outcome = tokio::select! {
         outcome = run => outcome,
         _ = tokio::signal::ctrl_c() => {
             say("\n== interrupted: stopping everything the demo started");
             Ok(None)
         }
-    };
-    // Dropping the processes stops them (SIGTERM, then SIGKILL).
-    let stop = tokio::task::spawn_blocking(move || {
-        for p in system.ingest.iter_mut().chain(system.processors.iter_mut()).chain(system.schedulers.iter_mut()) {
-            p.stop(Duration::from_secs(25));
+        _ = term.recv() => {
+            say("\n== terminated: stopping everything the demo started");
+            Ok(None)
         }
+    };
+    // Everything still running stops now (SIGTERM, then SIGKILL), and what
+    // was already stopping is waited for.
+    let stopping = std::mem::take(&mut system.stopping);
+    let stop = tokio::task::spawn_blocking(move || {
+        procs::stop_all(&mut system.ingest, Duration::from_secs(25));
+        procs::stop_all(&mut system.processors, Duration::from_secs(25));
+        procs::stop_all(&mut system.schedulers, Duration::from_secs(25));
         system.chain.stop(Duration::from_secs(10));
     });
     let _ = stop.await;
+    for task in stopping {
+        let _ = task.await;
+    }
     match outcome {
         Ok(Some(true)) => Ok(()),
         Ok(Some(false)) => {
@@ -379,6 +392,7 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
         partitions: args.partitions,
         tolerance: 0.1,
         down_window: Duration::from_secs(args.scale_down_window_seconds),
+        up_period: Duration::from_secs(15),
     });
     let tty = std::io::stdout().is_terminal();
     let begin = Instant::now();
@@ -403,6 +417,9 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
         let Some((lag, committed, produced)) =
             tokio::task::spawn_blocking(move || lag(&c, &topic, partitions)).await.ok().flatten()
         else {
+            if traffic_stopped.is_some_and(|at| at.elapsed() > Duration::from_secs(args.drain_timeout_seconds)) {
+                break;
+            }
             continue;
         };
         peak_lag = peak_lag.max(lag);
@@ -482,7 +499,9 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
             for _ in d.replicas..current {
                 if let Some(mut p) = system.processors.pop() {
                     // A clean drain takes a few seconds; don't hold the view.
-                    tokio::task::spawn_blocking(move || p.stop(Duration::from_secs(25)));
+                    system.stopping.push(tokio::task::spawn_blocking(move || {
+                        p.stop(Duration::from_secs(25));
+                    }));
                 }
             }
         }
@@ -491,13 +510,10 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
             None if begin.elapsed() >= Duration::from_secs(args.seconds) => {
                 say("== traffic done: stopping the ingest, the processors drain the lag");
                 printed = 0;
-                let ingest: Vec<Proc> = system.ingest.drain(..).collect();
-                tokio::task::spawn_blocking(move || {
-                    for mut p in ingest {
-                        p.stop(Duration::from_secs(25));
-                    }
-                })
-                .await?;
+                let mut ingest: Vec<Proc> = system.ingest.drain(..).collect();
+                let stopped =
+                    tokio::task::spawn_blocking(move || procs::stop_all(&mut ingest, Duration::from_secs(25)));
+                system.stopping.push(stopped);
                 traffic_stopped = Some(Instant::now());
             }
             Some(at) if lag == 0 => {
@@ -510,6 +526,10 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
     }
 
     say("== checking the result against the chain");
+    // The ingest stopped before the drain; wait for its last flush.
+    for task in std::mem::take(&mut system.stopping) {
+        let _ = task.await;
+    }
     let summary = report::check(&chain, &args.redis_url, &names.prefix).await?;
     let (_, consumed, produced) = {
         let c = Arc::clone(&consumer);

@@ -57,10 +57,17 @@ impl Proc {
         self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
+    /// Sends SIGTERM (the process starts its shutdown).
+    pub fn terminate(&self) {
+        if let Some(child) = &self.child {
+            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+        }
+    }
+
     /// SIGTERM, then SIGKILL after `limit`; returns the exit code if clean.
     pub fn stop(&mut self, limit: Duration) -> Option<i32> {
+        self.terminate();
         let mut child = self.child.take()?;
-        let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
         let started = Instant::now();
         loop {
             if let Ok(Some(status)) = child.try_wait() {
@@ -123,6 +130,17 @@ pub fn buckets<'a>(texts: impl IntoIterator<Item = &'a str>, name: &str) -> Vec<
     }
     out.sort_by(|a, b| a.0.total_cmp(&b.0));
     out
+}
+
+/// Stops every process of `procs` at once (SIGTERM to all, then waits):
+/// stopping them one by one would hand a lease from one to the next.
+pub fn stop_all(procs: &mut [Proc], limit: Duration) {
+    for p in procs.iter() {
+        p.terminate();
+    }
+    for p in procs.iter_mut() {
+        p.stop(limit);
+    }
 }
 
 /// The `q` quantile of the observations between two bucket snapshots

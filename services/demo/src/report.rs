@@ -73,10 +73,14 @@ pub struct Summary {
     pub pools_matching: usize,
     /// Pools whose Redis state differs from the chain's at the same point (must be 0).
     pub pools_mismatched: Vec<String>,
-    /// Pools whose last slot was only partly sent when the ingest stopped
-    /// (the chain has later swaps in it): not comparable, not wrong.
+    /// Pools whose last slot is the one the ingest was sending when it
+    /// stopped (past its cursor; the chain has later swaps in it): not
+    /// comparable, not wrong.
     pub pools_mid_slot: usize,
+    /// Pools with no swap up to the ingest's cursor, on the chain too.
     pub pools_untouched: usize,
+    /// The ingest's final cursor: every pool is checked at least up to it.
+    pub ingest_cursor: Option<u64>,
     pub jobs: Vec<JobRuns>,
 }
 
@@ -144,24 +148,44 @@ pub async fn check(chain: &ChainClient<Channel>, redis_url: &str, prefix: &str) 
     let pools = chain.clone().list_pools(ListPoolsRequest {}).await?.into_inner().pools;
     let client = redis::Client::open(redis_url)?;
     let conn = redis::aio::ConnectionManager::new(client).await?;
+    let cursor: Option<u64> =
+        redis::cmd("GET").arg(format!("{prefix}ingest:cursor")).query_async(&mut conn.clone()).await?;
     let (mut matching, mut mismatched, mut mid_slot, mut untouched) = (0, Vec::new(), 0, 0);
+    let state_at = |pool: String, at_slot: u64| {
+        let mut chain = chain.clone();
+        async move {
+            let wire = chain.get_pool(GetPoolRequest { pool: pool.clone(), at_slot }).await;
+            let wire = wire.map_err(|s| anyhow::anyhow!("GetPool {pool} at slot {at_slot}: {}", s.message()))?;
+            PoolState::from_proto(&wire.into_inner()).map_err(anyhow::Error::msg)
+        }
+    };
     for info in &pools {
-        let Some(ours) = sluice_dex::state::read_pool(&mut conn.clone(), prefix, &info.pool).await? else {
-            untouched += 1;
-            continue;
-        };
-        let slot = ours.last_applied.map_or(0, |s| s.slot);
-        let request = GetPoolRequest { pool: info.pool.clone(), at_slot: slot };
-        let truth = match chain.clone().get_pool(request).await {
-            Ok(wire) => PoolState::from_proto(&wire.into_inner()).map_err(anyhow::Error::msg)?,
-            Err(status) => anyhow::bail!("GetPool {} at slot {slot}: {}", info.pool, status.message()),
-        };
-        if truth == ours {
-            matching += 1;
-        } else if truth.last_applied > ours.last_applied {
-            mid_slot += 1;
-        } else {
-            mismatched.push(info.pool.clone());
+        let ours = sluice_dex::state::read_pool(&mut conn.clone(), prefix, &info.pool).await?;
+        let slot = ours.and_then(|s| s.last_applied).map(|s| s.slot);
+        match (ours, cursor) {
+            // Records past the cursor (the slot being sent at the stop) were
+            // applied: compare at that slot; the chain may have more of it.
+            (Some(ours), Some(c)) if slot > Some(c) => {
+                let truth = state_at(info.pool.clone(), slot.unwrap_or(0)).await?;
+                if truth == ours {
+                    matching += 1;
+                } else if truth.last_applied > ours.last_applied {
+                    mid_slot += 1;
+                } else {
+                    mismatched.push(info.pool.clone());
+                }
+            }
+            // Otherwise the pool must be exactly the chain's at the cursor:
+            // every swap up to it applied, none missing.
+            (ours, Some(c)) => {
+                let truth = state_at(info.pool.clone(), c).await?;
+                match ours {
+                    Some(ours) if ours == truth => matching += 1,
+                    None if truth.last_applied.is_none() => untouched += 1,
+                    _ => mismatched.push(info.pool.clone()),
+                }
+            }
+            (_, None) => anyhow::bail!("the ingest recorded no cursor: nothing reached Kafka"),
         }
     }
     let store = Store::new(conn, prefix, 1_000_000, Duration::from_secs(3600));
@@ -194,6 +218,7 @@ pub async fn check(chain: &ChainClient<Channel>, redis_url: &str, prefix: &str) 
         pools_mismatched: mismatched,
         pools_mid_slot: mid_slot,
         pools_untouched: untouched,
+        ingest_cursor: cursor,
         jobs,
     })
 }

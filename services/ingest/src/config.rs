@@ -81,9 +81,11 @@ impl IngestConfig {
             shutdown_deadline: env.millis("SHUTDOWN_DEADLINE_MS", Duration::from_secs(20)),
             admin_listen: env.or("ADMIN_LISTEN", SocketAddr::from(([0, 0, 0, 0], 9094))),
         };
-        if config.lease_ttl < Duration::from_millis(300) {
+        if config.lease_ttl < Duration::from_millis(1_000) {
             let name = env.name("LEASE_TTL_MS");
-            env.problem(format!("{name} must be at least 300 (it is renewed every third of it)"));
+            env.problem(format!(
+                "{name} must be at least 1000 (it is renewed every third of it, each call within that)"
+            ));
         }
         if config.max_in_flight == 0 {
             let name = env.name("MAX_IN_FLIGHT");

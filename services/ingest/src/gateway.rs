@@ -26,7 +26,7 @@ use tonic::transport::Channel;
 use crate::config::{IngestConfig, Start};
 use crate::metrics::Metrics;
 use crate::store::{Store, Written};
-use crate::tracker::SlotTracker;
+use crate::tracker::{Next, SlotTracker};
 
 /// Why an active period ended.
 #[derive(Debug)]
@@ -138,19 +138,22 @@ impl Gateway {
     }
 
     /// Renews the lease every third of its time; signals `lost` when refused,
-    /// or when renewal failed for two thirds of it (before it can lapse).
+    /// or once half its time passed since the last renewal that surely
+    /// landed (timed from before the call), well before it can lapse.
     async fn renew(self, claim: Claim, lost: watch::Sender<bool>) {
         let ttl = self.config.lease_ttl;
-        let mut last_ok = Instant::now();
+        let mut renewed_at = Instant::now();
         loop {
             tokio::time::sleep(ttl / 3).await;
-            match sluice_coord::renew(&mut self.store.connection(), &claim, ttl).await {
-                Ok(true) => last_ok = Instant::now(),
-                Ok(false) => break,
-                Err(e) => {
+            let asked_at = Instant::now();
+            let mut conn = self.store.connection();
+            match tokio::time::timeout(ttl / 3, sluice_coord::renew(&mut conn, &claim, ttl)).await {
+                Ok(Ok(true)) => renewed_at = asked_at,
+                Ok(Ok(false)) => break,
+                Ok(Err(_)) | Err(_) => {
                     self.metrics.errors.with_label_values(&["renew"]).inc();
-                    if last_ok.elapsed() >= ttl * 2 / 3 {
-                        tracing::warn!(error = %e, "Lease not renewed for two thirds of its time");
+                    if renewed_at.elapsed() >= ttl / 2 {
+                        tracing::warn!("Lease not renewed for half its time: stopping before it can lapse");
                         break;
                     }
                 }
@@ -204,6 +207,15 @@ impl Gateway {
             Ok(p) => p,
             Err(e) => return End::Failed(e.to_string()),
         };
+        // A chosen start (head, a slot) is recorded at once, so a takeover
+        // before the first slot completes starts from the same place.
+        if cursor.is_none() && first > 0 {
+            match self.store.advance(claim, first - 1, first - 1).await {
+                Ok(Written::Moved) => {}
+                Ok(Written::Refused) => return End::LeaseLost,
+                Err(e) => return End::Failed(format!("recording the start: {e}")),
+            }
+        }
         tracing::info!(first_slot = first, ?cursor, ?resend_until, "Streaming");
         let mut session =
             Session { tracker: SlotTracker::new(first), written: cursor, sent_written: sent, resend_until };
@@ -244,8 +256,18 @@ impl Gateway {
                                 Ok(Some(update)) => {
                                     backoff = self.config.reconnect_min;
                                     let ended = matches!(update.update, Some(Update::SlotEnd(_)));
-                                    if let Err(e) = self.handle(update.update, &mut producer, &mut session).await {
-                                        return End::Failed(e.to_string());
+                                    match self.handle(update.update, &mut producer, &mut session).await {
+                                        Err(e) => return End::Failed(e.to_string()),
+                                        Ok(Next::Gap) => {
+                                            self.metrics.reconnects.with_label_values(&["gap"]).inc();
+                                            tracing::warn!(resume = session.tracker.resume_slot(), "The chain stream skipped updates; reconnecting");
+                                            break;
+                                        }
+                                        Ok(_) => {}
+                                    }
+                                    // A send may have waited on a full queue: look again.
+                                    if *lost.borrow() {
+                                        return End::LeaseLost;
                                     }
                                     if ended && let Some(end) = self.slot_ended(claim, &mut session).await {
                                         return end;
@@ -279,38 +301,42 @@ impl Gateway {
         }
     }
 
-    /// Sends one stream update.
+    /// Sends one stream update; `Next::Gap` if the stream skipped something.
     async fn handle(
         &self,
         update: Option<Update>,
         producer: &mut PipelinedProducer<Tag>,
         session: &mut Session,
-    ) -> Result<(), ProduceError> {
+    ) -> Result<Next, ProduceError> {
         match update {
             Some(Update::Transaction(tx)) => {
-                if !session.tracker.wants(tx.slot, tx.index) {
-                    return Ok(()); // sent before the stream dropped
+                match session.tracker.check(tx.slot, tx.index) {
+                    Next::Send => {}
+                    other => return Ok(other), // sent before the stream dropped, or a gap
                 }
                 let payload = tx.encode_to_vec();
                 let keys = record_keys(&tx);
                 let first = session.tracker.next_seq();
+                let mut acked = Vec::new();
                 for (i, key) in keys.iter().enumerate() {
-                    let acked = producer
-                        .send(&self.config.topic, key.as_bytes(), &payload, (first + i as u64, Instant::now()))
-                        .await?;
-                    self.acked(session, acked);
+                    acked.extend(
+                        producer
+                            .send(&self.config.topic, key.as_bytes(), &payload, (first + i as u64, Instant::now()))
+                            .await?,
+                    );
                 }
-                session.tracker.sent(tx.slot, tx.index, keys.len() as u64);
+                session.tracker.sent(tx.index, keys.len() as u64);
+                self.acked(session, acked);
                 self.metrics.produced_transactions.inc();
                 if session.resend_until.is_some_and(|until| tx.slot <= until) {
                     self.metrics.resent_records.inc_by(keys.len() as u64);
                 }
                 self.metrics.in_flight.set(session.tracker.in_flight() as i64);
             }
-            Some(Update::SlotEnd(end)) => session.tracker.slot_end(end.slot),
+            Some(Update::SlotEnd(end)) => return Ok(session.tracker.slot_end(end.slot, end.transaction_count)),
             None => {}
         }
-        Ok(())
+        Ok(Next::Send)
     }
 
     /// At a slot's end: records how far sending got (and the cursor), so a

@@ -39,20 +39,22 @@ impl SlotTracker {
         }
     }
 
-    /// Whether transaction `index` of `slot` still has to be sent (false
-    /// for ones sent before a reconnect, and for slots already ended).
-    pub fn wants(&self, slot: u64, index: u32) -> bool {
-        slot > self.open_slot || (slot == self.open_slot && index >= self.open_sent)
+    /// What to do with transaction `index` of `slot`: send it (the next one
+    /// expected), skip it (sent before a reconnect, or of an ended slot), or
+    /// stop: the stream skipped something, and sending on would leave a gap
+    /// below a future cursor.
+    pub fn check(&self, slot: u64, index: u32) -> Next {
+        match (slot.cmp(&self.open_slot), index.cmp(&self.open_sent)) {
+            (std::cmp::Ordering::Less, _) | (std::cmp::Ordering::Equal, std::cmp::Ordering::Less) => Next::Skip,
+            (std::cmp::Ordering::Equal, std::cmp::Ordering::Equal) => Next::Send,
+            _ => Next::Gap,
+        }
     }
 
-    /// Transaction `index` of `slot` was sent as `records` records; returns
-    /// the sequence number of its last record.
-    pub fn sent(&mut self, slot: u64, index: u32, records: u64) -> u64 {
-        if slot != self.open_slot {
-            // A slot without transactions before it ended unseen: cannot
-            // happen on a well-formed stream (every slot has an end marker).
-            self.open_slot = slot;
-        }
+    /// Transaction `index` of the open slot was sent as `records` records
+    /// (after [`Self::check`] said [`Next::Send`]); returns the sequence
+    /// number of its last record.
+    pub fn sent(&mut self, index: u32, records: u64) -> u64 {
         self.open_sent = index + 1;
         self.sent += records;
         self.sent
@@ -63,15 +65,22 @@ impl SlotTracker {
         self.sent + 1
     }
 
-    /// The end marker of `slot` arrived.
-    pub fn slot_end(&mut self, slot: u64) {
+    /// The end marker of `slot`, which held `transactions`, arrived. A
+    /// replayed marker of an ended slot is ignored; a marker of another slot,
+    /// or one that arrives before every transaction of its slot was sent, is
+    /// a [`Next::Gap`].
+    pub fn slot_end(&mut self, slot: u64, transactions: u32) -> Next {
         if slot < self.open_slot {
-            return; // replayed after a reconnect
+            return Next::Skip; // replayed after a reconnect
+        }
+        if slot > self.open_slot || transactions != self.open_sent {
+            return Next::Gap;
         }
         self.ends.push_back((slot, self.sent));
         self.open_slot = slot + 1;
         self.open_sent = 0;
         self.advance();
+        Next::Send
     }
 
     /// Records up to sequence number `seq` are acknowledged.
@@ -102,8 +111,19 @@ impl SlotTracker {
 
     /// Records sent and not yet acknowledged.
     pub fn in_flight(&self) -> u64 {
-        self.sent - self.acked
+        self.sent.saturating_sub(self.acked)
     }
+}
+
+/// What the tracker says of a stream update.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// The expected update: send it (or, for an end marker, it was taken).
+    Send,
+    /// Already handled before a reconnect.
+    Skip,
+    /// The stream skipped something: reconnect at [`SlotTracker::resume_slot`].
+    Gap,
 }
 
 #[cfg(test)]
@@ -114,17 +134,17 @@ mod tests {
     fn the_cursor_waits_for_the_end_marker_and_every_ack() {
         let mut t = SlotTracker::new(10);
         assert_eq!(t.cursor(), Some(9));
-        let a = t.sent(10, 0, 2);
-        let b = t.sent(10, 1, 1);
+        let a = t.sent(0, 2);
+        let b = t.sent(1, 1);
         assert_eq!((a, b), (2, 3));
         t.acked(3);
         assert_eq!(t.cursor(), Some(9), "no end marker yet");
-        t.slot_end(10);
+        assert_eq!(t.slot_end(10, 2), Next::Send);
         assert_eq!(t.cursor(), Some(10));
-        t.slot_end(11); // an empty slot
+        t.slot_end(11, 0); // an empty slot
         assert_eq!(t.cursor(), Some(11));
-        t.sent(12, 0, 4);
-        t.slot_end(12);
+        t.sent(0, 4);
+        t.slot_end(12, 1);
         t.acked(5);
         assert_eq!(t.cursor(), Some(11), "one of slot 12's records is still in flight");
         t.acked(7);
@@ -134,16 +154,28 @@ mod tests {
     #[test]
     fn a_reconnect_resumes_inside_the_open_slot_without_resending() {
         let mut t = SlotTracker::new(0);
-        t.sent(0, 0, 1);
-        t.slot_end(0);
-        t.sent(1, 0, 1);
-        t.sent(1, 1, 1);
+        t.sent(0, 1);
+        t.slot_end(0, 1);
+        t.sent(0, 1);
+        t.sent(1, 1);
         assert_eq!(t.resume_slot(), 1);
         // The new stream replays slot 1 from its start.
-        assert!(!t.wants(1, 0) && !t.wants(1, 1) && t.wants(1, 2) && t.wants(2, 0));
-        assert!(!t.wants(0, 5), "ended slots are never sent again");
-        t.slot_end(0); // a replayed end marker changes nothing
+        assert_eq!([t.check(1, 0), t.check(1, 1), t.check(1, 2)], [Next::Skip, Next::Skip, Next::Send]);
+        assert_eq!(t.check(0, 5), Next::Skip, "ended slots are never sent again");
+        assert_eq!(t.slot_end(0, 1), Next::Skip, "a replayed end marker changes nothing");
         assert_eq!(t.resume_slot(), 1);
+    }
+
+    #[test]
+    fn a_skipped_transaction_or_slot_is_a_gap_not_progress() {
+        let mut t = SlotTracker::new(5);
+        assert_eq!(t.check(5, 1), Next::Gap, "index 0 never came");
+        assert_eq!(t.check(6, 0), Next::Gap, "slot 5 never ended");
+        t.sent(0, 1);
+        assert_eq!(t.slot_end(5, 3), Next::Gap, "two of its transactions never came");
+        assert_eq!(t.slot_end(6, 0), Next::Gap);
+        assert_eq!(t.cursor(), Some(4), "nothing completed");
+        assert_eq!(t.resume_slot(), 5);
     }
 
     proptest::proptest! {
@@ -155,9 +187,10 @@ mod tests {
             let mut last_seq_of_slot = Vec::new();
             for (slot, txs) in sizes.iter().enumerate() {
                 for (i, n) in txs.iter().enumerate() {
-                    t.sent(slot as u64, i as u32, *n);
+                    proptest::prop_assert_eq!(t.check(slot as u64, i as u32), Next::Send);
+                    t.sent(i as u32, *n);
                 }
-                t.slot_end(slot as u64);
+                proptest::prop_assert_eq!(t.slot_end(slot as u64, txs.len() as u32), Next::Send);
                 last_seq_of_slot.push(t.next_seq() - 1);
             }
             let mut acked = 0;
