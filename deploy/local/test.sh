@@ -99,6 +99,15 @@ tail -n 14 "$smoke_out/demo.out"
 "$HERE/results.sh" --demo-plot "$smoke_out/demo/latest.json" "$smoke_out/demo/plot.png"
 rm -rf "$smoke_out"
 
+say "the Helm chart with the real helm: lint and render every scenario, check what the objects say"
+helm_bin=$("$HERE/tools.sh" helm)
+tools_python=$("$HERE/tools.sh" python)
+"$tools_python" "$REPO_ROOT/helm/tests/test_chart.py" --helm "$helm_bin" >"$SLUICE_STACK_DIR/logs/chart.log" 2>&1 || {
+  grep -E '^FAIL' -A3 "$SLUICE_STACK_DIR/logs/chart.log" >&2
+  die "chart checks failed (log: $SLUICE_STACK_DIR/logs/chart.log)"
+}
+tail -n 1 "$SLUICE_STACK_DIR/logs/chart.log"
+
 say "building and running every test (Kafka $SLUICE_KAFKA_BROKERS, Redis $SLUICE_REDIS_URL)"
 # Two tests at a time per test binary: the machine has two cores and the broker needs some.
 
