@@ -123,6 +123,20 @@ def main():
                      "--set", "processor.autoscaling.allowMoreReplicasThanPartitions=true")
     check(find(allowed, "ScaledObject")[0]["spec"]["maxReplicaCount"] == 13, "…unless explicitly allowed")
 
+    # values.schema.json: a wrong value or a typo stops the render, naming where.
+    for setting, where in [
+        ("processor.autoscaling.offsetResetPolicy=oldest", "/processor/autoscaling/offsetResetPolicy"),
+        ("processor.autoscaling.lagThreshold=0", "/processor/autoscaling/lagThreshold"),
+        ("kafka.partitions=0", "/kafka/partitions"),
+        ("redis.url=localhost:6379", "/redis/url"),
+        ("processor.autoscling.enabled=false", "autoscling"),
+    ]:
+        try:
+            render(args, "--set", setting)
+            check(False, f"values.schema.json refuses {setting}")
+        except RuntimeError as e:
+            check(where in str(e), f"values.schema.json refuses {setting}, naming {where}")
+
     demo = rendered.get("demo", [])
     env = {e["name"]: e for c in find(demo, "Deployment", "-scheduler")[0]["spec"]["template"]["spec"]["containers"]
            for e in c["env"]} if demo else {}
@@ -130,6 +144,23 @@ def main():
           and "valueFrom" in env.get("SLUICE_SCHEDULER_REDIS_URL", {}),
           "demo: secrets reach the scheduler as env from Secrets, never as values")
     check(len(find(demo, "Deployment", "-chainsim")) == 1, "demo: chainsim runs when enabled")
+
+    # The chart's README names every value (or the block it belongs to).
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    readme = (CHART / "README.md").read_text()
+
+    def leaves(node, path):
+        if isinstance(node, dict) and node:
+            for k, v in node.items():
+                yield from leaves(v, path + [k])
+        else:
+            yield path
+
+    undocumented = [
+        ".".join(p) for p in leaves(values, [])
+        if not any(f"`{'.'.join(p[:i])}`" in readme for i in range(len(p), 0, -1))
+    ]
+    check(not undocumented, f"the chart README documents every value (missing: {undocumented})")
 
     print(f"\n{len(failures)} failed")
     sys.exit(1 if failures else 0)
