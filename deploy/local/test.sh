@@ -102,7 +102,8 @@ rm -rf "$smoke_out"
 say "the Helm chart with the real helm: lint and render every scenario, check what the objects say"
 helm_bin=$("$HERE/tools.sh" helm)
 tools_python=$("$HERE/tools.sh" python)
-"$tools_python" "$REPO_ROOT/helm/tests/test_chart.py" --helm "$helm_bin" >"$SLUICE_STACK_DIR/logs/chart.log" 2>&1 || {
+keda_crds=$("$HERE/tools.sh" keda-crds)
+"$tools_python" "$REPO_ROOT/helm/tests/test_chart.py" --helm "$helm_bin" --keda-crds "$keda_crds" >"$SLUICE_STACK_DIR/logs/chart.log" 2>&1 || {
   grep -E '^FAIL' -A3 "$SLUICE_STACK_DIR/logs/chart.log" >&2
   die "chart checks failed (log: $SLUICE_STACK_DIR/logs/chart.log)"
 }

@@ -2,12 +2,15 @@
 # Installs (once, cached under ~/.cache/sluice/tools) the tools the chart's tests use, and
 # prints where they are:
 #   deploy/local/tools.sh helm     the real helm, built from its Go module
-#   deploy/local/tools.sh python   a Python with PyYAML (a venv; PyPI)
-# Environment: SLUICE_HELM_VERSION (default v3.22.0), SLUICE_TOOLS_DIR.
+#   deploy/local/tools.sh python   a Python with PyYAML, jsonschema and kubernetes-validate
+#                                  (the Kubernetes API schemas it bundles); a venv from PyPI
+#   deploy/local/tools.sh keda-crds  the folder of KEDA's CRDs, from its released Go module
+# Environment: SLUICE_HELM_VERSION (v3.22.0), SLUICE_KEDA_VERSION (v2.21.0), SLUICE_TOOLS_DIR.
 set -euo pipefail
 
 TOOLS=${SLUICE_TOOLS_DIR:-$HOME/.cache/sluice/tools}
 HELM_VERSION=${SLUICE_HELM_VERSION:-v3.22.0}
+KEDA_VERSION=${SLUICE_KEDA_VERSION:-v2.21.0}
 mkdir -p "$TOOLS"
 
 die() { printf 'tools.sh: error: %s\n' "$*" >&2; exit 1; }
@@ -26,17 +29,27 @@ helm_path() {
 
 python_path() {
   local venv="$TOOLS/venv"
-  if ! "$venv/bin/python" -c 'import yaml' 2>/dev/null; then
+  if ! "$venv/bin/python" -c 'import yaml, jsonschema, kubernetes_validate' 2>/dev/null; then
     local log="$TOOLS/venv.log"
-    echo "creating a Python venv with PyYAML (log: $log)" >&2
-    { python3 -m venv "$venv" && "$venv/bin/pip" install -q pyyaml; } >"$log" 2>&1 \
+    echo "creating a Python venv with PyYAML, jsonschema and kubernetes-validate (log: $log)" >&2
+    { python3 -m venv "$venv" && "$venv/bin/pip" install -q pyyaml jsonschema 'kubernetes-validate==1.37.0'; } >"$log" 2>&1 \
       || { tail -n 20 "$log" >&2; die "creating the Python venv failed"; }
   fi
   echo "$venv/bin/python"
 }
 
+keda_crds() {
+  command -v go >/dev/null || die "go is not installed: KEDA's CRDs come from its Go module"
+  local dir
+  dir=$(cd "$TOOLS" && go mod download -json "github.com/kedacore/keda/v2@$KEDA_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])') \
+    || die "downloading KEDA's Go module $KEDA_VERSION failed"
+  [[ -f $dir/config/crd/bases/keda.sh_scaledobjects.yaml ]] || die "no CRDs under $dir/config/crd/bases"
+  echo "$dir/config/crd/bases"
+}
+
 case ${1:-} in
   helm) helm_path ;;
   python) python_path ;;
-  *) sed -n '2,6s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
+  keda-crds) keda_crds ;;
+  *) sed -n '2,9s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
 esac

@@ -2,7 +2,11 @@
 """The chart's tests, with the real helm: lint and render the defaults and every
 ci/*-values.yaml scenario, then check what the rendered objects must say.
 
-Usage: test_chart.py --helm PATH [--kube-version 1.31.0]
+Every rendered object is also validated: built-in kinds against the Kubernetes API
+schemas that kubernetes-validate bundles (strict: unknown fields are errors), KEDA's
+kinds against the openAPIV3Schema of KEDA's own CRDs (from its released Go module).
+
+Usage: test_chart.py --helm PATH --keda-crds DIR [--kube-version 1.31.0]
 Exits non-zero with every failed check listed.
 """
 import argparse
@@ -10,6 +14,8 @@ import pathlib
 import subprocess
 import sys
 
+import jsonschema
+import kubernetes_validate
 import yaml
 
 CHART = pathlib.Path(__file__).resolve().parent.parent / "sluice"
@@ -68,7 +74,15 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--helm", required=True)
     parser.add_argument("--kube-version", default="1.31.0")
+    parser.add_argument("--keda-crds", required=True, help="folder of KEDA's CRD YAML files")
     args = parser.parse_args()
+    crd_schemas = {}
+    for path in pathlib.Path(args.keda_crds).glob("*.yaml"):
+        crd = yaml.safe_load(path.read_text())
+        for version in crd["spec"]["versions"]:
+            key = (f"{crd['spec']['group']}/{version['name']}", crd["spec"]["names"]["kind"])
+            crd_schemas[key] = version["schema"]["openAPIV3Schema"]
+    check(("keda.sh/v1alpha1", "ScaledObject") in crd_schemas, f"KEDA's CRDs read from {args.keda_crds}")
 
     scenarios = {"defaults": []}
     for values in sorted((CHART / "ci").glob("*-values.yaml")):
@@ -83,6 +97,20 @@ def main():
         except RuntimeError as e:
             check(False, f"{scenario}: helm template: {e}")
     for scenario, objects in rendered.items():
+        for obj in objects:
+            what = f"{scenario}: {obj['kind']} {obj['metadata']['name']} is valid"
+            key = (obj["apiVersion"], obj["kind"])
+            try:
+                if key in crd_schemas:
+                    jsonschema.validate(obj, crd_schemas[key])
+                    check(True, what + " (KEDA CRD schema)")
+                else:
+                    kubernetes_validate.validate(obj, args.kube_version, True)
+                    check(True, what + f" (Kubernetes {args.kube_version}, strict)")
+            except (jsonschema.ValidationError, kubernetes_validate.ValidationError) as e:
+                check(False, f"{what}: {str(e).splitlines()[0]}")
+            except kubernetes_validate.SchemaNotFoundError as e:
+                check(False, f"{what}: no schema ({e})")
         workload_checks(scenario, objects)
         scaled = find(objects, "ScaledObject")
         check(all(s["spec"]["scaleTargetRef"]["name"].endswith("-processor") for s in scaled),
