@@ -1,8 +1,9 @@
 //! Three scheduler replicas, a job every second, replicas killed with
 //! SIGKILL and restarted at random (once all three at the same time) for
 //! over 60 ticks: every tick ran exactly once or is recorded as not run
-//! (missed, or abandoned by a killed holder); no tick ran twice, by the run
-//! history and by the job's own fenced effect counter.
+//! (missed; abandoned by a killed holder; or skipped, under the overlap
+//! policy, while the killed holder's lease had not lapsed yet); no tick ran
+//! twice, by the run history and by the job's own fenced effect counter.
 
 mod common;
 
@@ -124,19 +125,23 @@ async fn every_tick_runs_once_across_replicas_killed_at_random() {
             missed += 1;
         } else {
             // A holder killed mid-run leaves an abandoned run (its effect may
-            // or may not have happened, never twice).
-            assert!(outcomes.iter().all(|o| *o == "abandoned"), "tick {tick}: {outcomes:?}");
+            // or may not have happened, never twice), and its lease holds the
+            // job until it lapses (1.5 s): a tick due meanwhile is skipped
+            // under the overlap policy.
+            assert!(outcomes.iter().all(|o| *o == "abandoned" || *o == "skipped"), "tick {tick}: {outcomes:?}");
+            assert!(effects <= 1, "tick {tick}: {outcomes:?}");
             other.push(tick);
         }
     }
     let ticks = (last - first) / 1000 + 1;
     eprintln!(
-        "{ticks} ticks: {succeeded} ran once, {missed} recorded missed, {} abandoned; {kills} SIGKILLs",
+        "{ticks} ticks: {succeeded} ran once, {missed} recorded missed, {} abandoned or skipped behind a dead holder's lease; {kills} SIGKILLs",
         other.len()
     );
     assert!(ticks >= 60, "at least 60 ticks: {ticks}");
     assert!(kills >= 10, "replicas were killed: {kills}");
     assert!(missed >= 2, "the all-down window was recorded as missed: {missed}");
-    assert!(other.len() <= kills, "abandoned ticks come only from kills: {other:?}");
+    // Each kill can leave one abandoned tick and skip the ticks its lease still covers (2 at most).
+    assert!(other.len() <= 3 * kills, "abandoned and skipped ticks come only from kills: {other:?}");
     assert_eq!(succeeded + missed + other.len() as i64, ticks);
 }
