@@ -140,6 +140,14 @@ def main():
     ingest = find(on, "Deployment", "-ingest")
     check(len(ingest) == 1 and ingest[0]["spec"]["replicas"] == 2, "the ingest runs an active/standby pair")
     check(len(find(on, "PodDisruptionBudget")) == 3, "a PodDisruptionBudget per workload")
+    policies = {p["metadata"]["name"]: p for p in find(on, "NetworkPolicy")}
+    check(len(policies) == 3, "a NetworkPolicy per workload")
+    for name, policy in policies.items():
+        ins = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
+        outs = {p["port"] for rule in policy["spec"]["egress"] for p in rule["ports"]}
+        admin = {"processor": {9090}, "scheduler": {9091, 50061}, "ingest": {9094}}[name.rsplit("-", 1)[1]]
+        check(ins == admin and outs == {53, 9092, 6379, 50051},
+              f"{name}: in only {sorted(admin)}, out only DNS, Kafka, Redis and the chain ({sorted(ins)} / {sorted(outs)})")
 
     try:
         render(args, "--set", "processor.autoscaling.maxReplicas=13")
