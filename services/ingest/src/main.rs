@@ -6,8 +6,7 @@
 //! `sluice_ingest::config`); every bad or unknown one is reported by name
 //! and the process exits with status 2.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -37,19 +36,14 @@ fn main() -> anyhow::Result<()> {
 async fn run(config: IngestConfig) -> anyhow::Result<()> {
     let metrics = Metrics::new();
     let (stop_tx, stop_rx) = watch::channel(false);
-    let ready = Arc::new(AtomicBool::new(false));
-    let check = Arc::clone(&ready);
+    let (ready, check) = sluice_service::admin::switch("not connected to Redis");
     let mut admin_stop = stop_rx.clone();
-    let (admin_addr, admin_task) = sluice_service::admin::serve(
-        config.admin_listen,
-        metrics.registry.clone(),
-        Arc::new(move || if check.load(Ordering::SeqCst) { Ok(()) } else { Err("not connected to Redis".into()) }),
-        async move {
+    let (admin_addr, admin_task) =
+        sluice_service::admin::serve(config.admin_listen, metrics.registry.clone(), check, async move {
             let _ = admin_stop.wait_for(|s| *s).await;
-        },
-    )
-    .await
-    .with_context(|| format!("binding the admin port {}", config.admin_listen))?;
+        })
+        .await
+        .with_context(|| format!("binding the admin port {}", config.admin_listen))?;
     tracing::info!(%admin_addr, instance = config.instance_id, "Admin HTTP serving");
 
     let client = redis::Client::open(config.redis_url.as_str()).context("SLUICE_INGEST_REDIS_URL")?;

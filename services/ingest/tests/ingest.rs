@@ -6,7 +6,6 @@
 //! transaction is missing.
 
 use std::collections::{HashMap, HashSet};
-use std::io::{Read, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -17,6 +16,7 @@ use sluice_chainsim::{Chain, ChainConfig};
 use sluice_core::route::record_keys;
 use sluice_kafka::{KafkaConfig, TopicSpec, ensure_topics};
 use sluice_proto::chain::v1::ChainTransaction;
+use sluice_testkit::{free_port, http_get};
 
 const PARTITIONS: i32 = 6;
 
@@ -24,19 +24,10 @@ fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
-}
-
+/// A metric of the instance on `port`; NaN when it does not answer (every
+/// comparison with it then fails).
 fn metric(port: u16, name: &str) -> f64 {
-    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return f64::NAN };
-    let _ = write!(stream, "GET /metrics HTTP/1.0\r\n\r\n");
-    let mut body = String::new();
-    let _ = stream.read_to_string(&mut body);
-    body.lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    http_get(port, "/metrics").map_or(f64::NAN, |(_, body)| sluice_testkit::metric(&body, name, ""))
 }
 
 /// One test's names and chain.
@@ -110,17 +101,7 @@ impl Ingest {
     }
 
     fn terminate(&mut self) -> Option<i32> {
-        let mut child = self.child.take()?;
-        let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = child.try_wait() {
-                return status.code();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = child.kill();
-        None
+        sluice_testkit::process::terminate(self.child.take()?, Duration::from_secs(30)).0
     }
 
     fn log_tail(&self) -> String {

@@ -25,7 +25,7 @@ use sluice_core::route::record_keys;
 use sluice_kafka::topics::TopicSpec;
 use sluice_kafka::{KafkaConfig, ensure_topics};
 use sluice_proto::dex::v1::Swap;
-use sluice_testkit::{consume, unique};
+use sluice_testkit::{consume, free_port, unique};
 
 /// Topics, group and key prefix of one scenario: nothing shared with others.
 #[derive(Debug, Clone)]
@@ -117,7 +117,7 @@ impl Scenario {
             .stderr(log)
             .spawn()
             .expect("starting the processor binary");
-        Processor { child, name: instance.to_string(), admin_port }
+        Processor { child: Some(child), name: instance.to_string(), admin_port }
     }
 
     /// Sum over partitions of (committed offset, high watermark) for the group.
@@ -188,7 +188,8 @@ impl Scenario {
 
 /// A running processor process.
 pub struct Processor {
-    pub child: Child,
+    /// `None` once stopped.
+    pub child: Option<Child>,
     pub name: String,
     pub admin_port: u16,
 }
@@ -200,63 +201,41 @@ impl Processor {
     }
 
     pub fn signal(&self, signal: &str) {
-        let status = Command::new("kill").arg(format!("-{signal}")).arg(self.child.id().to_string()).status();
-        assert!(status.is_ok_and(|s| s.success()), "kill -{signal} {}", self.name);
+        sluice_testkit::process::signal(self.child.as_ref().expect("running"), signal);
     }
 
-    /// SIGTERM and wait for a clean exit (status 0).
+    /// SIGTERM and wait for a clean exit (status 0) within 30 s.
     pub fn terminate(mut self) {
-        self.signal("TERM");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                assert!(status.success(), "{} exited with {status} after SIGTERM", self.name);
-                return;
-            }
-            assert!(Instant::now() < deadline, "{} did not stop within 30 s of SIGTERM", self.name);
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let child = self.child.take().expect("running");
+        let (code, took) = sluice_testkit::process::terminate(child, Duration::from_secs(30));
+        assert_eq!(code, Some(0), "{} after SIGTERM (None: still running after {took:?}, killed)", self.name);
     }
 
     pub fn kill(mut self) {
         self.signal("KILL");
-        let _ = self.child.wait();
+        if let Some(mut child) = self.child.take() {
+            let _ = child.wait();
+        }
     }
 }
 
 impl Drop for Processor {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
-}
-
-fn admin_get(port: u16, path: &str) -> String {
-    use std::io::{Read, Write};
-    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return String::new() };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-    if stream.write_all(request.as_bytes()).is_err() {
-        return String::new();
-    }
-    let mut response = String::new();
-    let _ = stream.read_to_string(&mut response);
-    response
 }
 
 /// The HTTP status of `GET path` on a processor's admin port (0 when it does not answer).
 pub fn admin_status(port: u16, path: &str) -> u16 {
-    admin_get(port, path).split_whitespace().nth(1).and_then(|code| code.parse().ok()).unwrap_or(0)
+    sluice_testkit::http_get(port, path).map_or(0, |(code, _)| code)
 }
 
 /// The body of `GET path` on a processor's admin port (empty when it does not answer).
 pub fn admin_body(port: u16, path: &str) -> String {
-    admin_get(port, path).split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap_or_default()
-}
-
-/// A free loopback port.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    sluice_testkit::http_get(port, path).map(|(_, body)| body).unwrap_or_default()
 }
 
 /// A Redis server of the test's own, so stopping it affects nobody else.

@@ -8,8 +8,7 @@
 //! `sluice-scheduler admin list|runs JOB|trigger JOB|pause JOB|resume JOB`
 //! calls a running scheduler's admin API.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -62,16 +61,11 @@ async fn run() -> anyhow::Result<()> {
             let _ = rx.wait_for(|s| *s).await;
         }
     };
-    let ready = Arc::new(AtomicBool::new(false));
-    let check = Arc::clone(&ready);
-    let (admin_addr, admin_task) = sluice_service::admin::serve(
-        config.admin_listen,
-        metrics.registry.clone(),
-        Arc::new(move || if check.load(Ordering::SeqCst) { Ok(()) } else { Err("not connected to Redis".into()) }),
-        stopped(),
-    )
-    .await
-    .with_context(|| format!("binding the admin port {}", config.admin_listen))?;
+    let (ready, check) = sluice_service::admin::switch("not connected to Redis");
+    let (admin_addr, admin_task) =
+        sluice_service::admin::serve(config.admin_listen, metrics.registry.clone(), check, stopped())
+            .await
+            .with_context(|| format!("binding the admin port {}", config.admin_listen))?;
     tracing::info!(%admin_addr, instance = config.instance_id, "Admin HTTP serving");
 
     let client = redis::Client::open(config.redis_url.as_str()).context("SLUICE_SCHEDULER_REDIS_URL")?;

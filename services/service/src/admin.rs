@@ -19,6 +19,16 @@ use tokio::net::TcpListener;
 /// A readiness check: `Ok` when ready, `Err(reason)` otherwise.
 pub type ReadyCheck = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
+/// A readiness check that is a switch: ready while it is on, not ready
+/// with `reason` while off (a service that is ready once connected).
+pub fn switch(reason: &'static str) -> (Arc<std::sync::atomic::AtomicBool>, ReadyCheck) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let on = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&on);
+    let check: ReadyCheck = Arc::new(move || if flag.load(Ordering::SeqCst) { Ok(()) } else { Err(reason.into()) });
+    (on, check)
+}
+
 #[derive(Clone)]
 struct AdminState {
     registry: Registry,

@@ -7,6 +7,10 @@
 
 #![forbid(unsafe_code)]
 
+pub mod process;
+
+pub use process::{free_port, http_get, metric};
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};

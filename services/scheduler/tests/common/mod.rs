@@ -4,8 +4,6 @@
 
 #![allow(dead_code)]
 
-use std::collections::HashMap;
-use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -13,15 +11,11 @@ use std::time::{Duration, Instant};
 use sluice_chainsim::server::{ChainNode, ServerOptions};
 use sluice_chainsim::{Chain, ChainConfig};
 use sluice_proto::chain::v1::chain_client::ChainClient;
-use sluice_proto::chain::v1::{GetHeadRequest, GetPoolRequest, ListPoolsRequest};
+use sluice_proto::chain::v1::{GetPoolRequest, ListPoolsRequest};
 use sluice_proto::dex::v1::PoolInfo;
 use sluice_scheduler::store::{RunRecord, Store};
+pub use sluice_testkit::{free_port, http_get};
 use tonic::transport::Channel;
-
-/// A free local port (bound, then released for the child to take).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
-}
 
 pub fn now_ms() -> i64 {
     sluice_scheduler::store::now_ms()
@@ -90,10 +84,6 @@ impl TestChain {
 
     pub async fn pools(&self) -> Vec<PoolInfo> {
         self.client.clone().list_pools(ListPoolsRequest {}).await.expect("ListPools").into_inner().pools
-    }
-
-    pub async fn head(&self) -> u64 {
-        self.client.clone().get_head(GetHeadRequest {}).await.expect("GetHead").into_inner().head_slot
     }
 
     /// Writes every pool's chain state after `slot` into Redis, in the
@@ -214,8 +204,7 @@ impl Replica {
     }
 
     fn signal(&self, signal: &str) {
-        let status = Command::new("kill").arg(format!("-{signal}")).arg(self.pid().to_string()).status().expect("kill");
-        assert!(status.success(), "kill -{signal} {}", self.name);
+        sluice_testkit::process::signal(self.child.as_ref().expect("running"), signal);
     }
 
     /// SIGKILL: no chance to release anything.
@@ -236,19 +225,9 @@ impl Replica {
 
     /// SIGTERM and wait for the exit; the exit status and how long it took.
     pub fn terminate(&mut self, limit: Duration) -> (Option<i32>, Duration) {
-        let started = Instant::now();
-        let Some(mut child) = self.child.take() else { return (None, Duration::ZERO) };
-        let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
-        loop {
-            if let Ok(Some(status)) = child.try_wait() {
-                return (status.code(), started.elapsed());
-            }
-            if started.elapsed() > limit {
-                let _ = child.kill();
-                let _ = child.wait();
-                return (None, started.elapsed());
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        match self.child.take() {
+            Some(child) => sluice_testkit::process::terminate(child, limit),
+            None => (None, Duration::ZERO),
         }
     }
 
@@ -293,18 +272,6 @@ impl Drop for Replica {
     }
 }
 
-/// A plain HTTP/1.0 GET on localhost: status code and body.
-pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let code = response.split(' ').nth(1)?.parse().ok()?;
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    Some((code, body))
-}
-
 /// Waits until `job`'s history has a record matching `pred`.
 pub async fn wait_for_run(
     store: &Store,
@@ -322,15 +289,6 @@ pub async fn wait_for_run(
         assert!(Instant::now() < deadline, "no {job} run {what} within {limit:?}; runs: {runs:#?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-/// Counts per value.
-pub fn tally<'a>(items: impl IntoIterator<Item = &'a str>) -> HashMap<&'a str, usize> {
-    let mut out = HashMap::new();
-    for i in items {
-        *out.entry(i).or_insert(0) += 1;
-    }
-    out
 }
 
 /// A scheduler engine in this process (for policy tests that need no
