@@ -33,6 +33,7 @@ command -v cargo >/dev/null || { echo "demo.sh: cargo is not installed (the Rust
 command -v java >/dev/null || { echo "demo.sh: java is not installed (Java 17 runs the Kafka broker)" >&2; exit 1; }
 
 echo "== building every service (release; the first build takes several minutes)"
+"$HERE/tools.sh" build-deps
 cargo build --locked --release -q --bins
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 

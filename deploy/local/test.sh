@@ -25,6 +25,7 @@ command -v java >/dev/null || die "java is not installed (Java 17 runs the Kafka
 for tool in cc make perl; do
   command -v "$tool" >/dev/null || die "$tool is missing: librdkafka is built from source and needs a C toolchain"
 done
+"$HERE/tools.sh" build-deps
 
 export SLUICE_STACK_DIR=${SLUICE_TEST_STACK_DIR:-$REPO_ROOT/.stack/test}
 export SLUICE_KAFKA_PORT=${SLUICE_TEST_KAFKA_PORT:-19092}
@@ -89,9 +90,11 @@ say "rendering the smoke results (tables and plots, into a temporary copy)"
 
 say "demo smoke: the whole system (chainsim, ingest x2, scheduler x2, autoscaled processors) for 20 s; must PASS"
 cargo build --locked -q --bins
+rm -rf "$SLUICE_STACK_DIR/scrapes"
 target_dir=$(cargo metadata --locked --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 "$target_dir/debug/sluice-demo" --seconds 20 --rate 300 --max-processors 2 --lag-threshold 300 --sync-seconds 2 \
-  --scale-down-window-seconds 6 --out "$smoke_out/demo" --logs "$smoke_out/demo-logs" >"$smoke_out/demo.out" 2>&1 || {
+  --scale-down-window-seconds 6 --out "$smoke_out/demo" --logs "$smoke_out/demo-logs" \
+  --scrapes "$SLUICE_STACK_DIR/scrapes" >"$smoke_out/demo.out" 2>&1 || {
   tail -n 40 "$smoke_out/demo.out" >&2
   die "the demo smoke failed (logs: $smoke_out/demo-logs)"
 }
@@ -99,11 +102,14 @@ tail -n 14 "$smoke_out/demo.out"
 "$HERE/results.sh" --demo-plot "$smoke_out/demo/latest.json" "$smoke_out/demo/plot.png"
 rm -rf "$smoke_out"
 
-say "the Helm chart with the real helm: lint and render every scenario, check what the objects say"
+say "the Helm chart with the real helm, the alerts with the real promtool, deploy/ against the chart"
 helm_bin=$("$HERE/tools.sh" helm)
 tools_python=$("$HERE/tools.sh" python)
-keda_crds=$("$HERE/tools.sh" keda-crds)
-"$tools_python" "$REPO_ROOT/helm/tests/test_chart.py" --helm "$helm_bin" --keda-crds "$keda_crds" >"$SLUICE_STACK_DIR/logs/chart.log" 2>&1 || {
+promtool=$("$HERE/tools.sh" promtool)
+"$HERE/../render.sh" --check
+"$tools_python" "$REPO_ROOT/helm/tests/test_chart.py" --helm "$helm_bin" --promtool "$promtool" \
+  --crds "$("$HERE/tools.sh" keda-crds)" --crds "$("$HERE/tools.sh" monitoring-crds)" \
+  --scrapes "$SLUICE_STACK_DIR/scrapes" >"$SLUICE_STACK_DIR/logs/chart.log" 2>&1 || {
   grep -E '^FAIL' -A3 "$SLUICE_STACK_DIR/logs/chart.log" >&2
   die "chart checks failed (log: $SLUICE_STACK_DIR/logs/chart.log)"
 }

@@ -5,12 +5,23 @@
 #   deploy/local/tools.sh python   a Python with PyYAML, jsonschema and kubernetes-validate
 #                                  (the Kubernetes API schemas it bundles); a venv from PyPI
 #   deploy/local/tools.sh keda-crds  the folder of KEDA's CRDs, from its released Go module
-# Environment: SLUICE_HELM_VERSION (v3.22.0), SLUICE_KEDA_VERSION (v2.21.0), SLUICE_TOOLS_DIR.
+#   deploy/local/tools.sh monitoring-crds  the folder of prometheus-operator's CRDs (PodMonitor,
+#                                  PrometheusRule…), generated from its released API module with
+#                                  controller-gen, the way the operator generates them
+#   deploy/local/tools.sh promtool  promtool, from Debian's prometheus package (not installed:
+#                                  the package is downloaded and unpacked)
+#   deploy/local/tools.sh build-deps  what the Rust build needs beyond the toolchain: OpenSSL's
+#                                  headers and pkg-config (librdkafka links OpenSSL for TLS/SASL)
+# Environment: SLUICE_HELM_VERSION (v3.22.0), SLUICE_KEDA_VERSION (v2.21.0),
+# SLUICE_PROMETHEUS_OPERATOR_VERSION (v0.95.2), SLUICE_CONTROLLER_TOOLS_VERSION (v0.19.0),
+# SLUICE_TOOLS_DIR.
 set -euo pipefail
 
 TOOLS=${SLUICE_TOOLS_DIR:-$HOME/.cache/sluice/tools}
 HELM_VERSION=${SLUICE_HELM_VERSION:-v3.22.0}
 KEDA_VERSION=${SLUICE_KEDA_VERSION:-v2.21.0}
+PROMOP_VERSION=${SLUICE_PROMETHEUS_OPERATOR_VERSION:-v0.95.2}
+CONTROLLER_TOOLS_VERSION=${SLUICE_CONTROLLER_TOOLS_VERSION:-v0.19.0}
 mkdir -p "$TOOLS"
 
 die() { printf 'tools.sh: error: %s\n' "$*" >&2; exit 1; }
@@ -47,9 +58,62 @@ keda_crds() {
   echo "$dir/config/crd/bases"
 }
 
+go_module_dir() {
+  (cd "$TOOLS" && go mod download -json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+}
+
+monitoring_crds() {
+  local out="$TOOLS/prometheus-operator-crds-$PROMOP_VERSION"
+  if [[ ! -f $out/monitoring.coreos.com_prometheusrules.yaml ]]; then
+    command -v go >/dev/null || die "go is not installed: the CRDs are generated from prometheus-operator's Go module"
+    local gen="$TOOLS/controller-gen-$CONTROLLER_TOOLS_VERSION/controller-gen" log="$TOOLS/monitoring-crds.log" api tmp
+    echo "generating prometheus-operator $PROMOP_VERSION's CRDs with controller-gen (log: $log)" >&2
+    if [[ ! -x $gen ]]; then
+      (cd "$TOOLS" && GOBIN="${gen%/*}" GOFLAGS=-mod=mod go install "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_TOOLS_VERSION") >"$log" 2>&1 \
+        || { tail -n 20 "$log" >&2; die "building controller-gen failed"; }
+    fi
+    api=$(go_module_dir "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring@$PROMOP_VERSION") \
+      || die "downloading prometheus-operator's API module $PROMOP_VERSION failed"
+    tmp=$(mktemp -d)
+    cp -r "$api"/. "$tmp" && chmod -R u+w "$tmp"
+    (cd "$tmp" && GOFLAGS=-mod=mod "$gen" crd:crdVersions=v1,allowDangerousTypes=true paths=./v1/... "output:crd:dir=$out.tmp") >>"$log" 2>&1 \
+      || { rm -rf "$tmp"; tail -n 20 "$log" >&2; die "generating the CRDs failed"; }
+    rm -rf "$tmp" "$out" && mv "$out.tmp" "$out"
+  fi
+  echo "$out"
+}
+
+promtool_path() {
+  local root="$TOOLS/prometheus-deb"
+  if [[ ! -x $root/usr/bin/promtool ]]; then
+    command -v apt-get >/dev/null || die "apt-get is missing: promtool comes from Debian's prometheus package"
+    local log="$TOOLS/promtool.log" tmp
+    tmp=$(mktemp -d) && chmod 777 "$tmp"
+    echo "downloading Debian's prometheus package for promtool (log: $log)" >&2
+    { (cd "$tmp" && { apt-get download prometheus || { apt-get update && apt-get download prometheus; }; }) \
+        && rm -rf "$root" && dpkg-deb -x "$tmp"/prometheus_*.deb "$root"; } >"$log" 2>&1 \
+      || { rm -rf "$tmp"; tail -n 20 "$log" >&2; die "fetching promtool failed"; }
+    rm -rf "$tmp"
+  fi
+  echo "$root/usr/bin/promtool"
+}
+
+build_deps() {
+  pkg-config --exists openssl 2>/dev/null && return 0
+  [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null \
+    || die "OpenSSL's headers are missing (librdkafka links OpenSSL for TLS/SASL): install libssl-dev and pkg-config"
+  local log="$TOOLS/build-deps.log"
+  echo "installing libssl-dev and pkg-config from Debian (log: $log)" >&2
+  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q libssl-dev pkg-config; } >"$log" 2>&1 \
+    || { tail -n 20 "$log" >&2; die "installing libssl-dev failed"; }
+}
+
 case ${1:-} in
   helm) helm_path ;;
   python) python_path ;;
   keda-crds) keda_crds ;;
-  *) sed -n '2,9s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
+  monitoring-crds) monitoring_crds ;;
+  promtool) promtool_path ;;
+  build-deps) build_deps ;;
+  *) sed -n '2,19s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
 esac

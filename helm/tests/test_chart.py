@@ -3,22 +3,34 @@
 ci/*-values.yaml scenario, then check what the rendered objects must say.
 
 Every rendered object is also validated: built-in kinds against the Kubernetes API
-schemas that kubernetes-validate bundles (strict: unknown fields are errors), KEDA's
-kinds against the openAPIV3Schema of KEDA's own CRDs (from its released Go module).
+schemas that kubernetes-validate bundles (strict: unknown fields are errors), custom
+kinds against the openAPIV3Schema of their own CRDs: KEDA's from its released Go module,
+prometheus-operator's generated from its released API module (deploy/local/tools.sh).
 
-Usage: test_chart.py --helm PATH --keda-crds DIR [--kube-version 1.31.0]
+The monitoring checks use the real promtool: the alert rules pass `promtool check rules`
+and their unit tests (deploy/prometheus/sluice-rules.test.yaml, a firing and a quiet
+case per alert), every dashboard query parses, and every metric name the rules and the
+dashboard use is in what the running services exported (the demo smoke's scrapes).
+
+Usage: test_chart.py --helm PATH --promtool PATH --crds DIR [--crds DIR…] --scrapes DIR
+                     [--kube-version 1.31.0]
 Exits non-zero with every failed check listed.
 """
 import argparse
+import json
 import pathlib
+import re
 import subprocess
 import sys
+import tempfile
+import tomllib
 
 import jsonschema
 import kubernetes_validate
 import yaml
 
 CHART = pathlib.Path(__file__).resolve().parent.parent / "sluice"
+DEPLOY = CHART.parent.parent / "deploy"
 failures = []
 
 
@@ -70,19 +82,211 @@ def workload_checks(scenario, objects):
                       f"{scenario}: {name}'s grace period ({grace} s) is above its drain deadline plus the preStop pause")
 
 
+def container_env(deployment):
+    return {e["name"]: e for c in deployment["spec"]["template"]["spec"]["containers"] for e in c.get("env", [])}
+
+
+def kafka_security_checks(args, rendered):
+    """SASL/TLS: the processors, the ingest and KEDA all authenticate from the same Secrets."""
+    plain, secure = rendered.get("defaults", []), rendered.get("sasl-tls", [])
+    check(not find(plain, "TriggerAuthentication")
+          and not any("SLUICE_PROCESSOR_KAFKA_PROPERTIES" in container_env(d) for d in find(plain, "Deployment")),
+          "defaults: plaintext Kafka, no TriggerAuthentication")
+    auth = find(secure, "TriggerAuthentication")
+    scaled = find(secure, "ScaledObject")
+    check(len(auth) == 1 and len(scaled) == 1, "sasl-tls: a TriggerAuthentication beside the ScaledObject")
+    if not (auth and scaled):
+        return
+    trigger = scaled[0]["spec"]["triggers"][0]
+    check(trigger.get("authenticationRef", {}).get("name") == auth[0]["metadata"]["name"]
+          and trigger["metadata"].get("tls") == "enable" and trigger["metadata"].get("sasl") == "scram_sha512",
+          "sasl-tls: the kafka trigger uses it, with tls enabled and sasl scram_sha512")
+    refs = {r["parameter"]: (r["name"], r["key"]) for r in auth[0]["spec"]["secretTargetRef"]}
+    check(refs == {"username": ("sluice-kafka-sasl", "username"), "password": ("sluice-kafka-sasl", "password"),
+                   "ca": ("sluice-kafka-tls", "ca.crt"), "cert": ("sluice-kafka-tls", "tls.crt"),
+                   "key": ("sluice-kafka-tls", "tls.key")},
+          f"sasl-tls: KEDA reads the credentials and certificates from the Secrets ({sorted(refs)})")
+    for component in ("processor", "ingest"):
+        deployment = find(secure, "Deployment", f"-{component}")[0]
+        prefix = f"SLUICE_{component.upper()}_"
+        env = container_env(deployment)
+        props = dict(p.split("=", 1) for p in env.get(prefix + "KAFKA_PROPERTIES", {}).get("value", "").split(","))
+        mounts = {m["mountPath"] for c in deployment["spec"]["template"]["spec"]["containers"] for m in c.get("volumeMounts", [])}
+        check(props.get("security.protocol") == "SASL_SSL" and props.get("sasl.mechanism") == "SCRAM-SHA-512"
+              and {props.get(k, "").rsplit("/", 1)[0] for k in ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location")} <= mounts
+              and props.get("client.rack") == "zone-a",
+              f"sasl-tls: the {component} speaks SASL_SSL with the mounted certificates ({sorted(props)})")
+        check(all(env.get(prefix + f"KAFKA_SASL_{k}", {}).get("valueFrom", {}).get("secretKeyRef", {}).get("name") == "sluice-kafka-sasl"
+                  for k in ("USERNAME", "PASSWORD")),
+              f"sasl-tls: the {component}'s SASL credentials are env from the Secret")
+    for settings, expected in [
+        (["kafka.sasl.enabled=true"], "kafka.sasl.secret"),
+        (["kafka.tls.enabled=true", "kafka.tls.clientCert=true"], "kafka.tls.secret"),
+        (["kafka.properties.sasl\\.password=x"], "sasl.password"),
+        (["kafka.properties.a=x\\,y"], "/kafka/properties/a"),
+        (["processor.env.KAFKA_PROPERTIES=x"], "/processor/env"),
+    ]:
+        try:
+            render(args, *[a for s in settings for a in ("--set", s)])
+            check(False, f"{settings} fails the render")
+        except RuntimeError as e:
+            check(expected in str(e), f"{settings} fails the render, naming {expected}")
+
+
+def dockerfile_checks(objects):
+    """Every image the chart runs has a Dockerfile (services/*/Dockerfile) that builds it
+    in stages, from a workspace binary, into a distroless image that runs as the chart's
+    user and exposes the chart's ports. (No Docker engine here: the files are read.)"""
+    root = CHART.parent.parent
+    dockerfiles = {}
+    for path in sorted(root.glob("services/*/Dockerfile")):
+        text = path.read_text()
+        entry = re.search(r'^ENTRYPOINT \["/usr/local/bin/([a-z-]+)"\]', text, re.M)
+        dockerfiles[entry.group(1) if entry else path.parent.name] = (path, text)
+    for deployment in find(objects, "Deployment"):
+        pod = deployment["spec"]["template"]["spec"]
+        for c in pod["containers"]:
+            image = c["image"].rsplit("/", 1)[1].split(":")[0]
+            path, text = dockerfiles.get(image, (None, ""))
+            check(path is not None, f"{image}: a Dockerfile builds it ({sorted(dockerfiles)})")
+            if path is None:
+                continue
+            where = path.relative_to(root)
+            stages = re.findall(r"^FROM (\S+)", text, re.M)
+            check(len(stages) >= 2 and stages[-1].startswith("gcr.io/distroless/") and stages[-1].endswith(":nonroot"),
+                  f"{where}: multi-stage, running on a distroless nonroot image ({stages})")
+            user = f"{pod['securityContext']['runAsUser']}:{pod['securityContext']['runAsGroup']}"
+            check(re.search(rf"^USER {user}$", text, re.M) is not None, f"{where}: USER {user}, the chart's runAsUser/runAsGroup")
+            exposed = {int(p) for line in re.findall(r"^EXPOSE (.+)$", text, re.M) for p in line.split()}
+            ports = {p["containerPort"] for p in c.get("ports", [])}
+            check(ports and ports <= exposed, f"{where}: EXPOSEs the chart's ports {sorted(ports)} ({sorted(exposed)})")
+            build = re.search(r"cargo build --locked --release -p (\S+) --bin (\S+)", text)
+            bins = set()
+            if build:
+                for manifest in root.glob("services/*/Cargo.toml"):
+                    cargo = tomllib.loads(manifest.read_text())
+                    if cargo["package"]["name"] == build.group(1):
+                        bins = {b["name"] for b in cargo.get("bin", [])}
+            check(build is not None and build.group(2) in bins and f"target/release/{build.group(2)} /{image}" in text,
+                  f"{where}: builds the workspace binary it runs ({build.groups() if build else None})")
+
+
+def python_patterns(schema):
+    """The CRD schema with its Go (RE2) patterns in Python's dialect: RE2 takes inline
+    flags after `^` (prometheus-operator's `^(?i)(abort|warn)?$`), Python only first."""
+    if isinstance(schema, dict):
+        return {k: (re.sub(r"^\^\(\?(\w+)\)", r"(?\1)^", v) if k == "pattern" and isinstance(v, str) else python_patterns(v))
+                for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [python_patterns(v) for v in schema]
+    return schema
+
+
+def promql_parses(args, exprs):
+    """`promtool check rules` on the expressions as recording rules: None, or its complaint."""
+    rules = {"groups": [{"name": "check", "rules": [{"record": f"check_{i}", "expr": e} for i, e in enumerate(exprs)]}]}
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+        yaml.safe_dump(rules, f)
+        f.flush()
+        out = subprocess.run([args.promtool, "check", "rules", f.name], capture_output=True, text=True)
+    return None if out.returncode == 0 else (out.stdout + out.stderr).strip()
+
+
+def metric_names(text):
+    """Every Sluice metric name a rule or a dashboard query mentions."""
+    return set(re.findall(r"\bsluice_[a-z0-9_]+", text))
+
+
+def monitoring_checks(args, rendered):
+    on, off = rendered.get("defaults", []), rendered.get("monitoring-off", [])
+    pod_monitor, rule = find(on, "PodMonitor"), find(on, "PrometheusRule")
+    dashboard = find(on, "ConfigMap", "-dashboard")
+    check(len(pod_monitor) == 1 and len(rule) == 1 and len(dashboard) == 1,
+          "monitoring on: a PodMonitor, a PrometheusRule and a dashboard ConfigMap")
+    check(not find(off, "PodMonitor") and not find(off, "PrometheusRule") and not find(off, "ConfigMap", "-dashboard"),
+          "monitoring off: none of them")
+    if not (pod_monitor and rule and dashboard):
+        return
+    endpoints = pod_monitor[0]["spec"]["podMetricsEndpoints"]
+    selected = pod_monitor[0]["spec"]["selector"]["matchExpressions"][0]["values"]
+    admin_ports = {c["name"]: {p["name"] for p in c["ports"]} for d in find(on, "Deployment")
+                   for c in d["spec"]["template"]["spec"]["containers"] if c["name"] != "chainsim"}
+    check([e["port"] for e in endpoints] == ["admin"] and all("admin" in ports for ports in admin_ports.values())
+          and sorted(selected) == sorted(admin_ports),
+          f"the PodMonitor scrapes the admin port of every workload ({sorted(admin_ports)})")
+
+    # The rules: deploy/ holds what the chart renders, promtool accepts them, and each alert
+    # has a unit test where it fires and one where it does not.
+    rules_file = DEPLOY / "prometheus" / "sluice-rules.yaml"
+    deployed = yaml.safe_load(rules_file.read_text())
+    check(deployed == rule[0]["spec"], "the rules in deploy/prometheus are the chart's PrometheusRule")
+    out = subprocess.run([args.promtool, "check", "rules", str(rules_file)], capture_output=True, text=True)
+    check(out.returncode == 0, "promtool check rules deploy/prometheus/sluice-rules.yaml" + ("" if out.returncode == 0 else f"\n{out.stdout}{out.stderr}"))
+    tests_file = DEPLOY / "prometheus" / "sluice-rules.test.yaml"
+    out = subprocess.run([args.promtool, "test", "rules", tests_file.name], capture_output=True, text=True, cwd=tests_file.parent)
+    check(out.returncode == 0, "promtool test rules: every alert's unit tests pass" + ("" if out.returncode == 0 else f"\n{out.stdout}{out.stderr}"))
+    alerts = {r["alert"] for g in deployed["groups"] for r in g["rules"]}
+    cases = [c for t in yaml.safe_load(tests_file.read_text())["tests"] for c in t.get("alert_rule_test", [])]
+    for alert in sorted(alerts):
+        fires = any(c["alertname"] == alert and c.get("exp_alerts") for c in cases)
+        quiet = any(c["alertname"] == alert and not c.get("exp_alerts") for c in cases)
+        check(fires and quiet, f"{alert} has a unit test where it fires and one where it does not")
+    wanted = {"SluiceConsumerLagHigh", "SluiceProcessorNotReady", "SluiceDeadLettersHigh", "SluicePartitionPaused",
+              "SluiceSchedulerJobNoSuccess", "SluiceSchedulerStaleWrites"}
+    check(wanted <= alerts, f"the alerts cover lag, readiness, dead letters, paused partitions, job success and stale writes ({sorted(wanted - alerts)} missing)")
+
+    # Per-job windows: each job gets its own rule, and the default rule leaves it out.
+    per_job = render(args, "--show-only", "templates/monitoring.yaml",
+                     "--set", "monitoring.alerts.schedulerJobNoSuccess.windowSecondsByJob.pool-reconcile=900")
+    exprs = [r["expr"] for o in per_job if o["kind"] == "PrometheusRule" for g in o["spec"]["groups"] for r in g["rules"]
+             if r.get("alert") == "SluiceSchedulerJobNoSuccess"]
+    check(len(exprs) == 2 and 'job_name!~"pool-reconcile"' in exprs[0] and "> 1800" in exprs[0]
+          and 'job_name="pool-reconcile"' in exprs[1] and "> 900" in exprs[1] and promql_parses(args, exprs) is None,
+          "a per-job success window gets its own rule, and the default rule leaves that job out")
+
+    # The dashboard: the ConfigMap carries deploy/'s JSON for the sidecar, and every query parses.
+    source = (CHART / "files" / "dashboards" / "sluice.json").read_text()
+    model = json.loads(source)
+    check(dashboard[0]["data"].get("sluice.json") == source and dashboard[0]["metadata"]["labels"].get("grafana_dashboard") == "1",
+          "the dashboard ConfigMap carries the dashboard JSON, labelled for the Grafana sidecar")
+    queries = [t["expr"] for p in model["panels"] for t in p.get("targets", [])]
+    titles = " / ".join(p["title"] for p in model["panels"])
+    for needed in ["lag per partition", "Records per second", "p99", "Processors", "Runs by job", "Dead-lettered"]:
+        check(needed.lower() in titles.lower(), f"the dashboard shows {needed!r}")
+    promql = [q.replace("$namespace", "x").replace("$__rate_interval", "5m") for q in queries]
+    complaint = promql_parses(args, promql)
+    check(complaint is None, f"all {len(queries)} dashboard queries are valid PromQL" + (f": {complaint}" if complaint else ""))
+
+    # Every metric name the rules and the dashboard use is exported by a running service.
+    scrapes = list(pathlib.Path(args.scrapes).glob("*.prom"))
+    exported = set()
+    for scrape in scrapes:
+        exported |= {line.split("{")[0].split(" ")[0] for line in scrape.read_text().splitlines() if line and not line.startswith("#")}
+    kinds = {s.name.split("-")[0] for s in scrapes}
+    check({"processor", "scheduler", "ingest"} <= kinds, f"scrapes of running processors, schedulers and ingests ({sorted(s.name for s in scrapes)})")
+    used = metric_names(rules_file.read_text()) | metric_names(source)
+    missing = sorted(used - exported)
+    check(used and not missing, f"the {len(used)} metric names the rules and the dashboard use are all exported (missing: {missing})")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--helm", required=True)
     parser.add_argument("--kube-version", default="1.31.0")
-    parser.add_argument("--keda-crds", required=True, help="folder of KEDA's CRD YAML files")
+    parser.add_argument("--crds", required=True, action="append", help="a folder of CRD YAML files (KEDA's, prometheus-operator's)")
+    parser.add_argument("--promtool", required=True)
+    parser.add_argument("--scrapes", required=True, help="folder of /metrics texts of the running services (*.prom)")
     args = parser.parse_args()
     crd_schemas = {}
-    for path in pathlib.Path(args.keda_crds).glob("*.yaml"):
-        crd = yaml.safe_load(path.read_text())
-        for version in crd["spec"]["versions"]:
-            key = (f"{crd['spec']['group']}/{version['name']}", crd["spec"]["names"]["kind"])
-            crd_schemas[key] = version["schema"]["openAPIV3Schema"]
-    check(("keda.sh/v1alpha1", "ScaledObject") in crd_schemas, f"KEDA's CRDs read from {args.keda_crds}")
+    for folder in args.crds:
+        for path in pathlib.Path(folder).glob("*.yaml"):
+            crd = yaml.safe_load(path.read_text())
+            for version in crd["spec"]["versions"]:
+                key = (f"{crd['spec']['group']}/{version['name']}", crd["spec"]["names"]["kind"])
+                crd_schemas[key] = python_patterns(version["schema"]["openAPIV3Schema"])
+    for kind in [("keda.sh/v1alpha1", "ScaledObject"), ("keda.sh/v1alpha1", "TriggerAuthentication"),
+                 ("monitoring.coreos.com/v1", "PodMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")]:
+        check(kind in crd_schemas, f"the CRD schema of {kind[1]} is read from {args.crds}")
 
     scenarios = {"defaults": []}
     for values in sorted((CHART / "ci").glob("*-values.yaml")):
@@ -103,7 +307,7 @@ def main():
             try:
                 if key in crd_schemas:
                     jsonschema.validate(obj, crd_schemas[key])
-                    check(True, what + " (KEDA CRD schema)")
+                    check(True, what + f" ({key[0]} CRD schema)")
                 else:
                     kubernetes_validate.validate(obj, args.kube_version, True)
                     check(True, what + f" (Kubernetes {args.kube_version}, strict)")
@@ -173,6 +377,9 @@ def main():
         except RuntimeError as e:
             check(where in str(e), f"values.schema.json refuses {setting}, naming {where}")
 
+    kafka_security_checks(args, rendered)
+    dockerfile_checks(rendered.get("demo", []))
+
     demo = rendered.get("demo", [])
     env = {e["name"]: e for c in find(demo, "Deployment", "-scheduler")[0]["spec"]["template"]["spec"]["containers"]
            for e in c["env"]} if demo else {}
@@ -197,6 +404,8 @@ def main():
         if not any(f"`{'.'.join(p[:i])}`" in readme for i in range(len(p), 0, -1))
     ]
     check(not undocumented, f"the chart README documents every value (missing: {undocumented})")
+
+    monitoring_checks(args, rendered)
 
     print(f"\n{len(failures)} failed")
     sys.exit(1 if failures else 0)

@@ -114,3 +114,82 @@ topologySpreadConstraints:
 {{- define "sluice.grace" -}}
 {{- add (div (int .) 1000) 15 -}}
 {{- end -}}
+
+{{/* Where a Kafka TLS Secret is mounted. */}}
+{{- define "sluice.kafkaTlsDir" -}}/etc/sluice/kafka-tls{{- end -}}
+
+{{/* Fails the render on Kafka security settings that cannot work, naming them. */}}
+{{- define "sluice.kafkaSecurityChecks" -}}
+{{- $k := .Values.kafka -}}
+{{- if and $k.sasl.enabled (not $k.sasl.secret) }}
+{{- fail "kafka.sasl.enabled needs kafka.sasl.secret: a Secret with the keys username and password" }}
+{{- end }}
+{{- if and $k.tls.clientCert (not $k.tls.secret) }}
+{{- fail "kafka.tls.clientCert needs kafka.tls.secret: a Secret with tls.crt and tls.key (and ca.crt)" }}
+{{- end }}
+{{- if and $k.tls.secret (not $k.tls.enabled) }}
+{{- fail "kafka.tls.secret is set but kafka.tls.enabled is false: enable TLS or remove the Secret" }}
+{{- end }}
+{{- end -}}
+
+{{/* librdkafka properties from the Kafka security values and kafka.properties, as `key=value,…`. */}}
+{{- define "sluice.kafkaProperties" -}}
+{{- $k := .Values.kafka -}}
+{{- $p := list -}}
+{{- if or $k.tls.enabled $k.sasl.enabled }}
+{{- $p = append $p (printf "security.protocol=%s" (ternary (ternary "SASL_SSL" "SASL_PLAINTEXT" $k.tls.enabled) "SSL" $k.sasl.enabled)) }}
+{{- end }}
+{{- if $k.sasl.enabled }}
+{{- $p = append $p (printf "sasl.mechanism=%s" $k.sasl.mechanism) }}
+{{- end }}
+{{- if $k.tls.secret }}
+{{- $p = append $p (printf "ssl.ca.location=%s/ca.crt" (include "sluice.kafkaTlsDir" .)) }}
+{{- end }}
+{{- if $k.tls.clientCert }}
+{{- $p = append $p (printf "ssl.certificate.location=%s/tls.crt" (include "sluice.kafkaTlsDir" .)) }}
+{{- $p = append $p (printf "ssl.key.location=%s/tls.key" (include "sluice.kafkaTlsDir" .)) }}
+{{- end }}
+{{- range $key := keys $k.properties | sortAlpha }}
+{{- $p = append $p (printf "%s=%v" $key (get $k.properties $key)) }}
+{{- end }}
+{{- join "," $p -}}
+{{- end -}}
+
+{{/* Kafka settings as env of a service that talks to Kafka; call with (dict "root" $ "prefix" "SLUICE_PROCESSOR_"). */}}
+{{- define "sluice.kafkaEnv" -}}
+{{- include "sluice.kafkaSecurityChecks" .root }}
+{{- $props := include "sluice.kafkaProperties" .root }}
+{{- if $props }}
+- name: {{ .prefix }}KAFKA_PROPERTIES
+  value: {{ $props | quote }}
+{{- end }}
+{{- with .root.Values.kafka.sasl }}
+{{- if .enabled }}
+- name: {{ $.prefix }}KAFKA_SASL_USERNAME
+  valueFrom:
+    secretKeyRef: {name: {{ .secret }}, key: username}
+- name: {{ $.prefix }}KAFKA_SASL_PASSWORD
+  valueFrom:
+    secretKeyRef: {name: {{ .secret }}, key: password}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The Kafka TLS Secret's volume mount (container) and volume (pod); empty without one. */}}
+{{- define "sluice.kafkaTlsMount" -}}
+{{- if .Values.kafka.tls.secret }}
+volumeMounts:
+  - name: kafka-tls
+    mountPath: {{ include "sluice.kafkaTlsDir" . }}
+    readOnly: true
+{{- end }}
+{{- end -}}
+{{- define "sluice.kafkaTlsVolume" -}}
+{{- if .Values.kafka.tls.secret }}
+volumes:
+  - name: kafka-tls
+    secret:
+      secretName: {{ .Values.kafka.tls.secret }}
+      defaultMode: 0440
+{{- end }}
+{{- end -}}

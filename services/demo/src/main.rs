@@ -70,6 +70,11 @@ struct Args {
     /// Where the processes' logs go (default: .stack/<run id>/).
     #[arg(long)]
     logs: Option<PathBuf>,
+    /// Keep each service's newest `/metrics` text here as `<process>.prom`
+    /// (the chart's tests check the dashboard's and the alerts' metric names
+    /// against them).
+    #[arg(long)]
+    scrapes: Option<PathBuf>,
     #[arg(long, env = "SLUICE_KAFKA_BROKERS")]
     brokers: String,
     #[arg(long, env = "SLUICE_REDIS_URL")]
@@ -248,6 +253,9 @@ async fn main() -> anyhow::Result<()> {
     let _ = std::fs::remove_file(args.out.join("latest.json"));
     let logs = args.logs.clone().unwrap_or_else(|| PathBuf::from(".stack").join(&id));
     std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
+    if let Some(dir) = &args.scrapes {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
     let kafka = KafkaConfig::new(args.brokers.clone());
     ensure_topics(
         &kafka,
@@ -435,10 +443,19 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
         let p99 = quantile(&latency_before, &latency_now, 0.99);
         latency_before = latency_now;
         let sched_texts: Vec<String> = system.schedulers.iter().map(Proc::metrics).collect();
+        if let Some(dir) = &args.scrapes {
+            let named = system.ingest.iter().zip(&ingest_texts);
+            let named = named.chain(system.processors.iter().zip(&proc_texts));
+            for (proc, text) in named.chain(system.schedulers.iter().zip(&sched_texts)) {
+                if !text.is_empty() {
+                    std::fs::write(dir.join(format!("{}.prom", proc.name)), text)?;
+                }
+            }
+        }
         let runs = |job: &str| -> u64 {
             sched_texts
                 .iter()
-                .map(|t| sum(t, "sluice_scheduler_runs_total", &format!("job=\"{job}\",outcome=\"succeeded\"")))
+                .map(|t| sum(t, "sluice_scheduler_runs_total", &format!("job_name=\"{job}\",outcome=\"succeeded\"")))
                 .sum::<f64>() as u64
         };
         let (throughput, ingest_rate, chain_rate) = match last {

@@ -57,14 +57,7 @@ impl IngestConfig {
     pub fn read(env: &mut EnvReader) -> Self {
         let default_instance = sluice_service::env::default_instance_id("ingest");
         let mut kafka = KafkaConfig::new(env.required::<String>("KAFKA_BROKERS").unwrap_or_default());
-        let raw: String = env.or("KAFKA_PROPERTIES", String::new());
-        match KafkaConfig::parse_properties(&raw) {
-            Ok(p) => kafka.properties = p,
-            Err(e) => {
-                let name = env.name("KAFKA_PROPERTIES");
-                env.problem(format!("{name}: {e}"));
-            }
-        }
+        kafka.properties = env.kafka_properties();
         let config = Self {
             chain_url: env.or("CHAIN_URL", "http://127.0.0.1:50051".to_string()),
             kafka,

@@ -39,7 +39,7 @@ async fn run(config: IngestConfig) -> anyhow::Result<()> {
     let (ready, check) = sluice_service::admin::switch("not connected to Redis");
     let mut admin_stop = stop_rx.clone();
     let (admin_addr, admin_task) =
-        sluice_service::admin::serve(config.admin_listen, metrics.registry.clone(), check, async move {
+        sluice_service::admin::serve(config.admin_listen, "ingest", metrics.registry.clone(), check, async move {
             let _ = admin_stop.wait_for(|s| *s).await;
         })
         .await

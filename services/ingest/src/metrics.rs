@@ -66,7 +66,14 @@ impl Metrics {
             cursor_slot: gauge("sluice_ingest_cursor_slot", "Newest slot whose records are all acknowledged."),
             head_slot: gauge("sluice_ingest_head_slot", "The chain's head slot."),
             slots_behind: gauge("sluice_ingest_slots_behind", "Chain head minus the cursor."),
-            reconnects: labelled("sluice_ingest_reconnects_total", "Chain streams re-opened, by reason.", "reason"),
+            reconnects: {
+                let c = labelled("sluice_ingest_reconnects_total", "Chain streams re-opened, by reason.", "reason");
+                // Every reason exists from the start, at zero, for rate().
+                for reason in ["gap", "ended", "error", "connect"] {
+                    c.with_label_values(&[reason]);
+                }
+                c
+            },
             leases_acquired: counter("sluice_ingest_leases_acquired_total", "Times this instance became active."),
             leases_lost: counter("sluice_ingest_leases_lost_total", "Times this instance lost the lease while active."),
             errors: labelled("sluice_ingest_errors_total", "Failed operations, by operation.", "operation"),

@@ -18,18 +18,6 @@ impl KafkaConfig {
         Self { brokers: brokers.into(), properties: Vec::new() }
     }
 
-    /// Parses pass-through properties written as `key=value,key=value`
-    /// (how services take them from one environment variable).
-    pub fn parse_properties(raw: &str) -> Result<Vec<(String, String)>, String> {
-        raw.split(',')
-            .filter(|p| !p.trim().is_empty())
-            .map(|pair| match pair.split_once('=') {
-                Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
-                _ => Err(format!("expected key=value, got {:?}", pair.split('=').next().unwrap_or(""))),
-            })
-            .collect()
-    }
-
     /// A base client config: brokers plus the pass-through properties.
     pub fn client(&self) -> ClientConfig {
         let mut config = ClientConfig::new();
@@ -56,5 +44,33 @@ impl KafkaConfig {
             config.set(k, v);
         }
         config
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rdkafka::consumer::BaseConsumer;
+
+    use super::*;
+
+    /// librdkafka is built with OpenSSL: a client for a TLS listener with
+    /// SASL/SCRAM (what the chart's `kafka.tls` and `kafka.sasl` render) and
+    /// one with mutual TLS are accepted. Without TLS support, librdkafka
+    /// refuses `security.protocol=SASL_SSL` when the client is created.
+    #[test]
+    fn clients_for_tls_and_sasl_scram_listeners_can_be_created() {
+        for (protocol, mechanism) in [("SASL_SSL", "SCRAM-SHA-512"), ("SASL_SSL", "SCRAM-SHA-256"), ("SSL", "")] {
+            let mut config = KafkaConfig::new("127.0.0.1:1");
+            config.properties = vec![("security.protocol".into(), protocol.into())];
+            if !mechanism.is_empty() {
+                config.properties.extend([
+                    ("sasl.mechanism".into(), mechanism.into()),
+                    ("sasl.username".into(), "sluice".into()),
+                    ("sasl.password".into(), "secret".into()),
+                ]);
+            }
+            let consumer: Result<BaseConsumer, _> = config.client().set("group.id", "tls-check").create();
+            assert!(consumer.is_ok(), "{protocol} {mechanism}: {:?}", consumer.err());
+        }
     }
 }

@@ -75,18 +75,7 @@ impl RuntimeConfig {
     /// Reads the runtime's variables; problems are collected in `env`.
     pub fn read(env: &mut EnvReader) -> Option<Self> {
         let brokers: Option<String> = env.required("KAFKA_BROKERS");
-        // key=value pairs passed to librdkafka as they are (TLS, SASL, tuning).
-        // Never logged: they may hold credentials.
-        let properties = match env.optional::<String>("KAFKA_PROPERTIES").map(|raw| KafkaConfig::parse_properties(&raw))
-        {
-            Some(Ok(p)) => p,
-            Some(Err(e)) => {
-                let name = env.name("KAFKA_PROPERTIES");
-                env.problem(format!("{name}: {e}"));
-                Vec::new()
-            }
-            None => Vec::new(),
-        };
+        let properties = env.kafka_properties();
         let redis_url: Option<String> = env.required("REDIS_URL");
         let config = Self {
             kafka: KafkaConfig { brokers: brokers.clone().unwrap_or_default(), properties },

@@ -54,7 +54,7 @@ impl RuntimeMetrics {
         let latency = vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
         let e2e = vec![0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
         let batch = vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
-        Self {
+        let metrics = Self {
             messages: reg!(IntCounterVec::new(
                 Opts::new(name("messages_total"), "Records finished, by outcome"),
                 &["outcome"]
@@ -140,7 +140,18 @@ impl RuntimeMetrics {
                 "Completions from a revoked assignment, dropped uncommitted"
             )),
             registry,
+        };
+        // Series an alert or a dashboard reads exist from the start, at zero:
+        // the runtime's own dead-letter kind and the outcomes it records
+        // (a workload's own kinds appear with their first record).
+        metrics.dead_letters.with_label_values(&["handler_panic"]);
+        for outcome in ["ok", "dead_lettered"] {
+            metrics.messages.with_label_values(&[outcome]);
         }
+        for dependency in ["kafka", "redis", "handler"] {
+            metrics.retries.with_label_values(&[dependency]);
+        }
+        metrics
     }
 }
 

@@ -117,6 +117,7 @@ impl<H: Handler> PartitionActor<H> {
     async fn run(mut self) {
         let label = self.partition.to_string();
         let in_flight = self.shared.metrics.in_flight.with_label_values(&[&label]);
+        self.shared.metrics.paused.with_label_values(&[&label]).set(0);
         let mut draining: Option<(Instant, DrainReply)> = None;
         loop {
             let msg = match &draining {

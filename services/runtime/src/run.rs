@@ -106,7 +106,7 @@ impl Runtime {
             Arc::new(move || readiness(&health, &redis, handler.as_ref())) as admin::ReadyCheck
         };
         let (admin_addr, admin_task) =
-            admin::serve(self.config.admin_listen, self.metrics.registry.clone(), ready, async {
+            admin::serve(self.config.admin_listen, "processor", self.metrics.registry.clone(), ready, async {
                 let _ = admin_stopped.await;
             })
             .await?;

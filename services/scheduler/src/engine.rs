@@ -234,6 +234,18 @@ impl Inner {
         let schedule = &entry.settings.schedule;
         let job = entry.job.name();
         let mut stopping = self.stopping.subscribe();
+        self.metrics.init_job(job);
+        match self.store.job_state(job).await {
+            Ok(state) => {
+                self.metrics.paused.with_label_values(&[job]).set(i64::from(state.paused));
+                if state.last_success_ms > 0 {
+                    self.metrics.last_success.with_label_values(&[job]).set(state.last_success_ms as f64 / 1000.0);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(job, error = %e, "Could not read the job's state; its metrics fill in at its next claim")
+            }
+        }
         // A tick that came due while no replica ran may still be in its
         // window; a job that never ran before starts with its next tick.
         let mut cursor = now_ms();

@@ -63,7 +63,7 @@ async fn run() -> anyhow::Result<()> {
     };
     let (ready, check) = sluice_service::admin::switch("not connected to Redis");
     let (admin_addr, admin_task) =
-        sluice_service::admin::serve(config.admin_listen, metrics.registry.clone(), check, stopped())
+        sluice_service::admin::serve(config.admin_listen, "scheduler", metrics.registry.clone(), check, stopped())
             .await
             .with_context(|| format!("binding the admin port {}", config.admin_listen))?;
     tracing::info!(%admin_addr, instance = config.instance_id, "Admin HTTP serving");

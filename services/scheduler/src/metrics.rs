@@ -1,5 +1,11 @@
 //! The scheduler's Prometheus metrics (`sluice_scheduler_…`), labelled by
 //! job and outcome or reason only.
+//!
+//! The job's label is `job_name`, not `job`: Prometheus gives every scraped
+//! series its own `job` label (the scrape job) and would rename ours to
+//! `exported_job`. Every series of a job exists from the moment its replica
+//! starts ticking it (zero until something happens), so `rate()` starts
+//! from zero and an alert never waits on a series that is not there yet.
 
 use prometheus::{
     GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, exponential_buckets,
@@ -47,20 +53,20 @@ fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntC
 }
 
 fn gauge(registry: &Registry, name: &str, help: &str) -> GaugeVec {
-    let g = GaugeVec::new(Opts::new(name, help), &["job"]).expect("valid metric");
+    let g = GaugeVec::new(Opts::new(name, help), &["job_name"]).expect("valid metric");
     registry.register(Box::new(g.clone())).expect("registered once");
     g
 }
 
 fn int_gauge(registry: &Registry, name: &str, help: &str) -> IntGaugeVec {
-    let g = IntGaugeVec::new(Opts::new(name, help), &["job"]).expect("valid metric");
+    let g = IntGaugeVec::new(Opts::new(name, help), &["job_name"]).expect("valid metric");
     registry.register(Box::new(g.clone())).expect("registered once");
     g
 }
 
 fn histogram(registry: &Registry, name: &str, help: &str, start: f64) -> HistogramVec {
     let buckets = exponential_buckets(start, 2.0, 20).expect("valid buckets");
-    let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), &["job"]).expect("valid metric");
+    let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), &["job_name"]).expect("valid metric");
     registry.register(Box::new(h.clone())).expect("registered once");
     h
 }
@@ -69,7 +75,12 @@ impl Metrics {
     pub fn new() -> Self {
         let r = Registry::new();
         Self {
-            runs: counter(&r, "sluice_scheduler_runs_total", "Runs ended, by job and outcome.", &["job", "outcome"]),
+            runs: counter(
+                &r,
+                "sluice_scheduler_runs_total",
+                "Runs ended, by job and outcome.",
+                &["job_name", "outcome"],
+            ),
             run_duration: histogram(&r, "sluice_scheduler_run_duration_seconds", "Run duration.", 0.005),
             start_delay: histogram(
                 &r,
@@ -86,57 +97,87 @@ impl Metrics {
                 &r,
                 "sluice_scheduler_ticks_missed_total",
                 "Ticks nobody ran, by reason (unclaimed, late).",
-                &["job", "reason"],
+                &["job_name", "reason"],
             ),
             ticks_skipped: counter(
                 &r,
                 "sluice_scheduler_ticks_skipped_total",
                 "Ticks not run on purpose, by reason (overlap, paused).",
-                &["job", "reason"],
+                &["job_name", "reason"],
             ),
             stale_writes: counter(
                 &r,
                 "sluice_scheduler_stale_writes_rejected_total",
                 "Writes refused because a newer run of the job holds a newer fencing token.",
-                &["job"],
+                &["job_name"],
             ),
             claims_lost: counter(
                 &r,
                 "sluice_scheduler_claims_lost_total",
                 "Runs whose lease was lost while they ran.",
-                &["job"],
+                &["job_name"],
             ),
             claims_contended: counter(
                 &r,
                 "sluice_scheduler_claims_contended_total",
                 "Ticks another replica claimed first.",
-                &["job"],
+                &["job_name"],
             ),
             takeovers: counter(
                 &r,
                 "sluice_scheduler_takeovers_total",
                 "Ticks whose run died, taken over by this replica.",
-                &["job"],
+                &["job_name"],
             ),
             running: int_gauge(&r, "sluice_scheduler_running", "Runs in progress on this replica."),
             paused: int_gauge(&r, "sluice_scheduler_paused", "1 while the job is paused."),
             next_tick: gauge(&r, "sluice_scheduler_next_tick_timestamp_seconds", "The job's next tick, Unix seconds."),
-            items: counter(&r, "sluice_scheduler_items_total", "Items the job's runs processed.", &["job"]),
+            items: counter(&r, "sluice_scheduler_items_total", "Items the job's runs processed.", &["job_name"]),
             drift_found: counter(
                 &r,
                 "sluice_scheduler_drift_found_total",
                 "Items found to differ from the source of truth.",
-                &["job"],
+                &["job_name"],
             ),
-            drift_repaired: counter(&r, "sluice_scheduler_drift_repaired_total", "Items repaired.", &["job"]),
+            drift_repaired: counter(&r, "sluice_scheduler_drift_repaired_total", "Items repaired.", &["job_name"]),
             errors: counter(
                 &r,
                 "sluice_scheduler_errors_total",
                 "Failed calls of the scheduler itself, by operation.",
-                &["job", "operation"],
+                &["job_name", "operation"],
             ),
             registry: r,
         }
+    }
+}
+
+impl Metrics {
+    /// Creates every series of `job` at zero, with the outcomes and reasons
+    /// the scheduler records (a Prometheus counter that appears only on its
+    /// first increment hides that first increment from `rate()`).
+    pub fn init_job(&self, job: &str) {
+        for outcome in ["succeeded", "failed", "timed_out", "lost_claim", "cancelled"] {
+            self.runs.with_label_values(&[job, outcome]);
+        }
+        for reason in ["unclaimed", "late"] {
+            self.ticks_missed.with_label_values(&[job, reason]);
+        }
+        for reason in ["overlap", "paused"] {
+            self.ticks_skipped.with_label_values(&[job, reason]);
+        }
+        for c in [
+            &self.stale_writes,
+            &self.claims_lost,
+            &self.claims_contended,
+            &self.takeovers,
+            &self.items,
+            &self.drift_found,
+            &self.drift_repaired,
+        ] {
+            c.with_label_values(&[job]);
+        }
+        self.running.with_label_values(&[job]);
+        self.paused.with_label_values(&[job]);
     }
 }
 

@@ -3,7 +3,9 @@
 //! `/live` answers 200 while the process serves HTTP at all. `/ready`
 //! answers 200 only while every readiness check passes, 503 with the failing
 //! checks' reasons otherwise. `/metrics` is the Prometheus text format of
-//! the service's registry.
+//! the service's registry, plus `sluice_<service>_ready`: 1 while `/ready`
+//! would answer 200, evaluated at each scrape (so an alert sees a pod that is
+//! up but not ready, which the kubelet only acts on).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,7 +15,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use prometheus::{Encoder, Registry, TextEncoder};
+use prometheus::{Encoder, IntGauge, Registry, TextEncoder};
 use tokio::net::TcpListener;
 
 /// A readiness check: `Ok` when ready, `Err(reason)` otherwise.
@@ -33,23 +35,30 @@ pub fn switch(reason: &'static str) -> (Arc<std::sync::atomic::AtomicBool>, Read
 struct AdminState {
     registry: Registry,
     ready: ReadyCheck,
+    ready_gauge: IntGauge,
 }
 
 /// Binds `addr` (port 0 picks one) and serves until `shutdown` resolves.
-/// Returns the bound address and the server task.
+/// `service` names the readiness gauge (`sluice_<service>_ready`), which is
+/// registered in `registry`. Returns the bound address and the server task.
 pub async fn serve(
     addr: SocketAddr,
+    service: &str,
     registry: Registry,
     ready: ReadyCheck,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<std::io::Result<()>>)> {
+    let ready_gauge =
+        IntGauge::new(format!("sluice_{service}_ready"), "1 while /ready answers 200 (checked at each scrape)")
+            .and_then(|g| registry.register(Box::new(g.clone())).map(|()| g))
+            .map_err(std::io::Error::other)?;
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
     let app = Router::new()
         .route("/live", get(|| async { "live\n" }))
         .route("/ready", get(ready_handler))
         .route("/metrics", get(metrics_handler))
-        .with_state(AdminState { registry, ready });
+        .with_state(AdminState { registry, ready, ready_gauge });
     let task = tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(shutdown).await });
     Ok((local, task))
 }
@@ -62,6 +71,7 @@ async fn ready_handler(State(state): State<AdminState>) -> impl IntoResponse {
 }
 
 async fn metrics_handler(State(state): State<AdminState>) -> impl IntoResponse {
+    state.ready_gauge.set(i64::from((state.ready)().is_ok()));
     let mut body = Vec::new();
     let encoder = TextEncoder::new();
     match encoder.encode(&state.registry.gather(), &mut body) {

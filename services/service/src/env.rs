@@ -97,6 +97,40 @@ impl EnvReader {
         }
     }
 
+    /// librdkafka properties of a service that talks to Kafka, never logged:
+    /// - `KAFKA_PROPERTIES`: `key=value,key=value`, passed as they are (TLS
+    ///   file locations, `security.protocol`, `sasl.mechanism`, tuning);
+    /// - `KAFKA_SASL_USERNAME`, `KAFKA_SASL_PASSWORD`: each a variable of its
+    ///   own, so a Kubernetes Secret fills it and a password may hold commas.
+    pub fn kafka_properties(&mut self) -> Vec<(String, String)> {
+        let mut properties = Vec::new();
+        if let (full, Some(raw)) = self.raw("KAFKA_PROPERTIES") {
+            for pair in raw.split(',').filter(|p| !p.trim().is_empty()) {
+                match pair.split_once('=') {
+                    Some((k, v)) if !k.trim().is_empty() => {
+                        properties.push((k.trim().to_string(), v.trim().to_string()))
+                    }
+                    // The key only: the value may be a secret.
+                    _ => self.problems.push(format!(
+                        "{full}: expected key=value, got {:?}",
+                        pair.split('=').next().unwrap_or("").trim()
+                    )),
+                }
+            }
+        }
+        let (user_name, user) = self.raw("KAFKA_SASL_USERNAME");
+        let (password_name, password) = self.raw("KAFKA_SASL_PASSWORD");
+        match (user, password) {
+            (Some(user), Some(password)) => {
+                properties.push(("sasl.username".into(), user));
+                properties.push(("sasl.password".into(), password));
+            }
+            (None, None) => {}
+            _ => self.problems.push(format!("{user_name} and {password_name}: set both or neither")),
+        }
+        properties
+    }
+
     /// Records a cross-field problem (e.g. one deadline above another).
     pub fn problem(&mut self, message: impl Into<String>) {
         self.problems.push(message.into());
@@ -156,6 +190,33 @@ mod tests {
         for name in ["SLUICE_X_PORT", "SLUICE_X_TYPO", "SLUICE_X_BROKERS"] {
             assert!(text.contains(name), "{name} missing from: {text}");
         }
+    }
+
+    #[test]
+    fn kafka_properties_from_the_list_and_the_credential_variables() {
+        let mut env = EnvReader::from_vars(
+            "S_",
+            vars(&[
+                ("S_KAFKA_PROPERTIES", "security.protocol=SASL_SSL, sasl.mechanism=SCRAM-SHA-512,"),
+                ("S_KAFKA_SASL_USERNAME", "sluice"),
+                ("S_KAFKA_SASL_PASSWORD", "a,b=c"),
+            ]),
+        );
+        let props = env.kafka_properties();
+        let get = |k: &str| props.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("security.protocol"), Some("SASL_SSL"));
+        assert_eq!(get("sasl.mechanism"), Some("SCRAM-SHA-512"));
+        assert_eq!((get("sasl.username"), get("sasl.password")), (Some("sluice"), Some("a,b=c")));
+        env.finish().expect("valid");
+
+        let mut env = EnvReader::from_vars(
+            "S_",
+            vars(&[("S_KAFKA_PROPERTIES", "security.protocol=SSL,sasl.password"), ("S_KAFKA_SASL_USERNAME", "u")]),
+        );
+        env.kafka_properties();
+        let text = env.finish().expect_err("two problems").to_string();
+        assert!(text.contains("S_KAFKA_PROPERTIES: expected key=value, got \"sasl.password\""), "{text}");
+        assert!(text.contains("S_KAFKA_SASL_USERNAME and S_KAFKA_SASL_PASSWORD: set both or neither"), "{text}");
     }
 
     #[test]

@@ -1,0 +1,115 @@
+{{/*
+The alerting rules, as a Prometheus rule file's `groups:` (the PrometheusRule's
+spec, and deploy/prometheus/sluice-rules.yaml rendered from the defaults).
+Every selector aggregates by namespace, so one rule set serves every release.
+*/}}
+{{- define "sluice.rules" -}}
+{{- $a := .Values.monitoring.alerts -}}
+{{- $scale := .Values.processor.autoscaling -}}
+{{- $lag := int $a.lag.threshold -}}
+{{- if eq $lag 0 -}}
+{{- $lag = mul (int $scale.lagThreshold) (int (ternary $scale.maxReplicas .Values.processor.replicas $scale.enabled)) -}}
+{{- end -}}
+{{- $windows := $a.schedulerJobNoSuccess.windowSecondsByJob -}}
+groups:
+  - name: sluice.processor
+    rules:
+      - alert: SluiceConsumerLagHigh
+        expr: |
+          sum by (namespace, topic) (max by (namespace, topic, partition) (sluice_processor_lag_records)) > {{ $lag }}
+        for: {{ $a.lag.for }}
+        labels:
+          severity: warning
+        annotations:
+          summary: "Sluice consumer lag on {{ "{{" }} $labels.topic {{ "}}" }} is {{ "{{" }} $value {{ "}}" }} records"
+          description: >-
+            The processors' lag on {{ "{{" }} $labels.topic {{ "}}" }} in {{ "{{" }} $labels.namespace {{ "}}" }} has stayed above {{ $lag }} records
+            (the most they are sized for: lagThreshold × replicas) for {{ $a.lag.for }}. Check whether KEDA is at maxReplicas
+            (more replicas than partitions cannot help), whether one partition holds the lag (a hot key),
+            and the sink latency and retries panels (a slow downstream).
+      - alert: SluiceProcessorNotReady
+        expr: |
+          max by (namespace, pod) (sluice_processor_ready) == 0
+        for: {{ $a.processorNotReady.for }}
+        labels:
+          severity: warning
+        annotations:
+          summary: "Sluice processor {{ "{{" }} $labels.pod {{ "}}" }} is not ready"
+          description: >-
+            {{ "{{" }} $labels.pod {{ "}}" }} in {{ "{{" }} $labels.namespace {{ "}}" }} has answered /ready with 503 for {{ $a.processorNotReady.for }}:
+            it cannot reach Kafka or Redis, or has no assignment yet. Its /ready body names the reason.
+      - alert: SluiceDeadLettersHigh
+        expr: |
+          sum by (namespace, kind) (rate(sluice_processor_dead_letters_total[5m])) > {{ $a.deadLetters.ratePerSecond }}
+        for: {{ $a.deadLetters.for }}
+        labels:
+          severity: warning
+        annotations:
+          summary: "Sluice dead-letters {{ "{{" }} $value | humanize {{ "}}" }} records/s ({{ "{{" }} $labels.kind {{ "}}" }})"
+          description: >-
+            Records of kind {{ "{{" }} $labels.kind {{ "}}" }} go to the dead-letter topic faster than {{ $a.deadLetters.ratePerSecond }}/s
+            in {{ "{{" }} $labels.namespace {{ "}}" }}. Each carries its reason in its headers: read a few from the DLQ topic.
+            A producer-side schema change is the usual cause.
+      - alert: SluicePartitionPaused
+        expr: |
+          max by (namespace, pod, partition) (sluice_processor_partition_paused) == 1
+        for: {{ $a.pausedPartitions.for }}
+        labels:
+          severity: warning
+        annotations:
+          summary: "Sluice partition {{ "{{" }} $labels.partition {{ "}}" }} paused on {{ "{{" }} $labels.pod {{ "}}" }}"
+          description: >-
+            Partition {{ "{{" }} $labels.partition {{ "}}" }} has been paused on {{ "{{" }} $labels.pod {{ "}}" }} for {{ $a.pausedPartitions.for }}.
+            A processor pauses a partition while its in-flight budget is full or its records are stalled on a downstream
+            outage (Redis, Kafka): work waits rather than being dropped. Check the retries and stalled-records panels.
+  - name: sluice.scheduler
+    rules:
+      - alert: SluiceSchedulerJobNoSuccess
+        expr: |
+          {{- include "sluice.rules.noSuccess" (dict "window" $a.schedulerJobNoSuccess.windowSeconds "selector" (ternary "" (printf "job_name!~%q" (keys $windows | sortAlpha | join "|")) (empty $windows))) | nindent 10 }}
+        for: {{ $a.schedulerJobNoSuccess.for }}
+        labels:
+          severity: critical
+        annotations:
+          summary: "Sluice job {{ "{{" }} $labels.job_name {{ "}}" }} has not succeeded in its window"
+          description: >-
+            The scheduler job {{ "{{" }} $labels.job_name {{ "}}" }} in {{ "{{" }} $labels.namespace {{ "}}" }} has no successful run in its window
+            (or has ended runs and never succeeded). `sluice-scheduler admin runs {{ "{{" }} $labels.job_name {{ "}}" }}` lists its runs with their reasons.
+      {{- range $job := keys $windows | sortAlpha }}
+      - alert: SluiceSchedulerJobNoSuccess
+        expr: |
+          {{- include "sluice.rules.noSuccess" (dict "window" (get $windows $job) "selector" (printf "job_name=%q" $job)) | nindent 10 }}
+        for: {{ $a.schedulerJobNoSuccess.for }}
+        labels:
+          severity: critical
+        annotations:
+          summary: "Sluice job {{ "{{" }} $labels.job_name {{ "}}" }} has not succeeded in its window"
+          description: >-
+            The scheduler job {{ $job }} in {{ "{{" }} $labels.namespace {{ "}}" }} has no successful run in {{ get $windows $job }} s
+            (or has ended runs and never succeeded). `sluice-scheduler admin runs {{ $job }}` lists its runs with their reasons.
+      {{- end }}
+      - alert: SluiceSchedulerStaleWrites
+        expr: |
+          sum by (namespace, job_name) (increase(sluice_scheduler_stale_writes_rejected_total[10m])) > 0
+        labels:
+          severity: warning
+        annotations:
+          summary: "Sluice job {{ "{{" }} $labels.job_name {{ "}}" }}: writes with a stale fencing token"
+          description: >-
+            A run of {{ "{{" }} $labels.job_name {{ "}}" }} in {{ "{{" }} $labels.namespace {{ "}}" }} kept writing after it had lost its lease
+            and the fence refused the writes (nothing was written twice). A replica paused longer than the lease
+            (a CPU-starved or frozen pod, a slow Redis): check the scheduler's CPU limits and Redis latency.
+{{- end -}}
+
+{{/* A job's newest success is older than the window, or it has ended runs and never succeeded; call with (dict "window" seconds "selector" "job_name=…"). */}}
+{{- define "sluice.rules.noSuccess" -}}
+{{- $s := .selector -}}
+time() - max by (namespace, job_name) (sluice_scheduler_last_success_timestamp_seconds{{ if $s }}{ {{- $s -}} }{{ end }}) > {{ .window }}
+or
+(
+  sum by (namespace, job_name) (sluice_scheduler_runs_total{ {{- if $s }}{{ $s }}, {{ end -}} outcome!="succeeded"}) > 0
+  or
+  sum by (namespace, job_name) (sluice_scheduler_ticks_missed_total{{ if $s }}{ {{- $s -}} }{{ end }}) > 0
+)
+unless on (namespace, job_name) sluice_scheduler_last_success_timestamp_seconds
+{{- end -}}
