@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs and starts what the tests need (a real
 # Kafka and a real Redis, on ports of their own so they never collide with a demo stack),
-# runs every test of the workspace against them, and stops them again.
+# runs every test of the workspace against them, and stops them again. Also: a smoke run of
+# every benchmark and of the demo, and the chart, alert and dashboard checks with the real
+# helm and promtool (tools.sh fetches them, and the CRDs, once into ~/.cache/sluice/tools).
 #
 # Usage: deploy/local/test.sh [extra cargo test args, e.g. -p sluice-core]
 #

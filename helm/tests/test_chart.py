@@ -336,6 +336,14 @@ def main():
         check(scaled[0]["spec"]["maxReplicaCount"] <= 12, "KEDA on: maxReplicaCount within the partition count")
         check("behavior" in scaled[0]["spec"]["advanced"]["horizontalPodAutoscalerConfig"],
               "KEDA on: the HPA behavior comes from the values")
+        # One processor short of P partitions the capped lag is P/(P-1) of the target: the
+        # scale-up tolerance must be below 1/(P-1), or the HPA stops there (keda#2908).
+        up = scaled[0]["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleUp"]
+        partitions = scaled[0]["spec"]["maxReplicaCount"]
+        check(float(up.get("tolerance", "0.1")) * (partitions - 1) < 1,
+              f"KEDA on: the scale-up tolerance ({up.get('tolerance')}) lets the HPA reach all {partitions} partitions")
+        check(scaled[0]["spec"]["fallback"].get("behavior") == "currentReplicasIfHigher",
+              "KEDA on: an unreadable lag never scales the processors down (fallback currentReplicasIfHigher)")
     off_processor = find(off, "Deployment", "-processor")
     check(len(off_processor) == 1 and off_processor[0]["spec"].get("replicas") == 3 and not find(off, "ScaledObject"),
           "KEDA off: replicas set from the values, no ScaledObject")
