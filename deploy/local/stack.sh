@@ -16,6 +16,9 @@
 #   SLUICE_STACK_DIR              <repo>/.stack/default  data, logs, pid files, config
 #   SLUICE_KAFKA_PORT             9092                    client listener (PLAINTEXT)
 #   SLUICE_KAFKA_CONTROLLER_PORT  kafka port + 1          KRaft controller listener
+#   SLUICE_KAFKA_SECURE_PORT      kafka port + 3          SASL_SSL listener: TLS (a self-signed
+#                                                         certificate for 127.0.0.1, tls/ca.crt)
+#                                                         and SCRAM-SHA-512/256 (user sluice)
 #   SLUICE_REDIS_PORT             6379
 #   SLUICE_KAFKA_HEAP             512m                    broker -Xmx/-Xms
 #   SLUICE_KAFKA_VERSION          4.1.1                   org.apache.kafka:kafka_2.13 (4.x)
@@ -42,6 +45,13 @@ SAVED_ENV="$STACK_DIR/stack.env"
 load_saved_settings
 KAFKA_PORT=${SLUICE_KAFKA_PORT:-9092}
 CONTROLLER_PORT=${SLUICE_KAFKA_CONTROLLER_PORT:-$((KAFKA_PORT + 1))}
+# +3, not +2: 9094 is the ingest's admin port.
+SECURE_PORT=${SLUICE_KAFKA_SECURE_PORT:-$((KAFKA_PORT + 3))}
+# The SASL_SSL listener's one user, for tests of the TLS and SCRAM paths (not a secret:
+# the listener is on 127.0.0.1 and the stack is for tests and demos).
+SASL_USER=sluice
+SASL_PASSWORD=sluice-stack-secret
+TLS_PASSWORD=sluice-stack-tls
 REDIS_PORT=${SLUICE_REDIS_PORT:-6379}
 KAFKA_HEAP=${SLUICE_KAFKA_HEAP:-512m}
 KAFKA_VERSION=${SLUICE_KAFKA_VERSION:-4.1.1}
@@ -53,11 +63,12 @@ BOOTSTRAP="127.0.0.1:$KAFKA_PORT"
 
 check_config() {
   local bad=0 v
-  for v in KAFKA_PORT CONTROLLER_PORT REDIS_PORT; do
+  for v in KAFKA_PORT CONTROLLER_PORT SECURE_PORT REDIS_PORT; do
     [[ ${!v} =~ ^[1-9][0-9]{0,4}$ ]] && ((${!v} < 65536)) || { warn "SLUICE_$v=${!v} is not a port"; bad=1; }
   done
   [[ $KAFKA_PORT != "$CONTROLLER_PORT" && $KAFKA_PORT != "$REDIS_PORT" &&
-    $CONTROLLER_PORT != "$REDIS_PORT" ]] || { warn "the three ports must differ"; bad=1; }
+    $CONTROLLER_PORT != "$REDIS_PORT" && $SECURE_PORT != "$KAFKA_PORT" && $SECURE_PORT != "$CONTROLLER_PORT" &&
+    $SECURE_PORT != "$REDIS_PORT" ]] || { warn "the four ports must differ"; bad=1; }
   [[ $KAFKA_HEAP =~ ^[0-9]+[kKmMgG]?$ ]] || { warn "SLUICE_KAFKA_HEAP=$KAFKA_HEAP is not a JVM size like 512m"; bad=1; }
   [[ $KAFKA_VERSION =~ ^4\.[0-9]+\.[0-9]+$ ]] || { warn "SLUICE_KAFKA_VERSION=$KAFKA_VERSION is not a 4.x.y version"; bad=1; }
   [[ $PARTITIONS =~ ^[1-9][0-9]*$ ]] || { warn "SLUICE_TOPIC_PARTITIONS=$PARTITIONS is not a positive number"; bad=1; }
@@ -66,7 +77,7 @@ check_config() {
 }
 
 print_addresses() {
-  log "kafka: $BOOTSTRAP"
+  log "kafka: $BOOTSTRAP (SASL_SSL: 127.0.0.1:$SECURE_PORT, SCRAM user $SASL_USER, CA $STACK_DIR/tls/ca.crt)"
   log "redis: redis://127.0.0.1:$REDIS_PORT"
 }
 
@@ -75,9 +86,18 @@ write_server_properties() {
 # Written by deploy/local/stack.sh on every start; edits are overwritten.
 process.roles=broker,controller
 node.id=1
-listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT,SASL_SSL://127.0.0.1:$SECURE_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SASL_SSL://127.0.0.1:$SECURE_PORT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL
+# The SASL_SSL listener: TLS with the stack's self-signed certificate, SCRAM users kept in
+# the cluster metadata (added at format time, or by ensure_scram_user).
+ssl.keystore.type=PKCS12
+ssl.keystore.location=$STACK_DIR/tls/broker.p12
+ssl.keystore.password=$TLS_PASSWORD
+ssl.key.password=$TLS_PASSWORD
+sasl.enabled.mechanisms=SCRAM-SHA-512,SCRAM-SHA-256
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
 # Static voter set: unlike --standalone it keeps no endpoint in the formatted log, so
@@ -110,7 +130,8 @@ save_config() {
   printf '%s\n' "SLUICE_KAFKA_PORT=$KAFKA_PORT" "SLUICE_REDIS_PORT=$REDIS_PORT" \
     "SLUICE_KAFKA_HEAP=$KAFKA_HEAP" "SLUICE_KAFKA_VERSION=$KAFKA_VERSION" \
     "SLUICE_TOPIC_PARTITIONS=$PARTITIONS" \
-    ${SLUICE_KAFKA_CONTROLLER_PORT:+"SLUICE_KAFKA_CONTROLLER_PORT=$CONTROLLER_PORT"} >"$SAVED_ENV"
+    ${SLUICE_KAFKA_CONTROLLER_PORT:+"SLUICE_KAFKA_CONTROLLER_PORT=$CONTROLLER_PORT"} \
+    ${SLUICE_KAFKA_SECURE_PORT:+"SLUICE_KAFKA_SECURE_PORT=$SECURE_PORT"} >"$SAVED_ENV"
 }
 
 start_redis() {
@@ -121,14 +142,33 @@ start_redis() {
     die_with_log "redis-server failed to start" "$STACK_DIR/logs/redis.log"
 }
 
+# The broker's TLS key and self-signed certificate (for 127.0.0.1 and localhost), made once
+# per stack dir; tls/ca.crt is what clients trust.
+ensure_tls() {
+  [[ -f $STACK_DIR/tls/broker.p12 && -f $STACK_DIR/tls/ca.crt ]] && return 0
+  command -v keytool >/dev/null || die "keytool is missing (it comes with Java): the SASL_SSL listener needs a certificate"
+  rm -rf "$STACK_DIR/tls" && mkdir -p "$STACK_DIR/tls"
+  { keytool -genkeypair -alias broker -keyalg RSA -keysize 2048 -validity 3650 -dname CN=localhost \
+      -ext SAN=ip:127.0.0.1,dns:localhost -storetype PKCS12 -keystore "$STACK_DIR/tls/broker.p12" \
+      -storepass "$TLS_PASSWORD" -keypass "$TLS_PASSWORD" &&
+    keytool -exportcert -rfc -alias broker -keystore "$STACK_DIR/tls/broker.p12" -storepass "$TLS_PASSWORD" \
+      -file "$STACK_DIR/tls/ca.crt"; } >>"$STACK_DIR/logs/tools.log" 2>&1 ||
+    die_with_log "making the broker's TLS certificate failed" "$STACK_DIR/logs/tools.log"
+}
+
+SCRAM_MARK=kafka-data/.sluice-scram-user
 start_kafka() {
   write_server_properties
+  ensure_tls
   if [[ ! -f $STACK_DIR/kafka-data/meta.properties ]]; then
     log "formatting Kafka storage in $STACK_DIR/kafka-data"
     rm -rf "$STACK_DIR/kafka-data"
     kafka_tool kafka.tools.StorageTool format --config "$STACK_DIR/server.properties" \
-      --cluster-id "$(new_cluster_id)" >>"$STACK_DIR/logs/kafka.out" 2>&1 ||
+      --cluster-id "$(new_cluster_id)" \
+      --add-scram "SCRAM-SHA-512=[name=$SASL_USER,password=$SASL_PASSWORD]" \
+      --add-scram "SCRAM-SHA-256=[name=$SASL_USER,password=$SASL_PASSWORD]" >>"$STACK_DIR/logs/kafka.out" 2>&1 ||
       die_with_log "formatting Kafka storage failed" "$STACK_DIR/logs/kafka.out"
+    touch "$STACK_DIR/$SCRAM_MARK"
   fi
   log "starting kafka $KAFKA_VERSION on $BOOTSTRAP (controller 127.0.0.1:$CONTROLLER_PORT)"
   # setsid: own session, no terminal, so closing the shell or Ctrl-C does not reach it.
@@ -140,6 +180,19 @@ start_kafka() {
     -cp "$KAFKA_HOME/libs/*" kafka.Kafka "$STACK_DIR/server.properties" \
     </dev/null >>"$STACK_DIR/logs/kafka.out" 2>&1 8>&- 9>&-) & # no lock fds for the daemon
   echo $! >"$STACK_DIR/kafka.pid"
+}
+
+# A stack dir formatted before the SASL_SSL listener existed has no SCRAM user: add it once.
+ensure_scram_user() {
+  [[ -f $STACK_DIR/$SCRAM_MARK ]] && return 0
+  log "adding the SCRAM user $SASL_USER (a stack formatted before the SASL_SSL listener)"
+  local mechanism
+  for mechanism in SCRAM-SHA-512 SCRAM-SHA-256; do
+    kafka_tool kafka.admin.ConfigCommand --bootstrap-server "$BOOTSTRAP" --alter --entity-type users \
+      --entity-name "$SASL_USER" --add-config "$mechanism=[password=$SASL_PASSWORD]" >>"$STACK_DIR/logs/tools.log" 2>&1 ||
+      die_with_log "adding the SCRAM user failed" "$STACK_DIR/logs/tools.log"
+  done
+  touch "$STACK_DIR/$SCRAM_MARK"
 }
 
 # Poll the client port (it opens once the broker has started). The real metadata
@@ -193,6 +246,7 @@ cmd_up() {
   if [[ -z $kpid ]]; then
     ensure_port_free "$KAFKA_PORT" SLUICE_KAFKA_PORT
     ensure_port_free "$CONTROLLER_PORT" SLUICE_KAFKA_CONTROLLER_PORT
+    ensure_port_free "$SECURE_PORT" SLUICE_KAFKA_SECURE_PORT
   fi
   [[ -n $rpid ]] || ensure_port_free "$REDIS_PORT" SLUICE_REDIS_PORT
   save_config
@@ -205,6 +259,7 @@ cmd_up() {
   wait_redis
   wait_kafka
   create_topics
+  ensure_scram_user
   print_addresses
 }
 
@@ -227,7 +282,7 @@ cmd_down() {
   if find_pid kafka >/dev/null || find_pid redis >/dev/null; then
     die "a process of this stack is still running"
   fi
-  for port in "$KAFKA_PORT" "$CONTROLLER_PORT" "$REDIS_PORT"; do
+  for port in "$KAFKA_PORT" "$CONTROLLER_PORT" "$SECURE_PORT" "$REDIS_PORT"; do
     if port_open "$port"; then warn "port $port still answers, not from this stack: $(port_owner "$port")"; fi
   done
   if ((stopped)); then log "stopped ($STACK_DIR)"; else log "nothing running ($STACK_DIR)"; fi
@@ -254,6 +309,10 @@ cmd_env() {
   log "export SLUICE_KAFKA_BROKERS=$BOOTSTRAP"
   log "export SLUICE_REDIS_URL=redis://127.0.0.1:$REDIS_PORT"
   log "export SLUICE_STACK_DIR=$STACK_DIR"
+  log "export SLUICE_KAFKA_SECURE_BROKERS=127.0.0.1:$SECURE_PORT"
+  log "export SLUICE_KAFKA_SECURE_CA=$STACK_DIR/tls/ca.crt"
+  log "export SLUICE_KAFKA_SECURE_USERNAME=$SASL_USER"
+  log "export SLUICE_KAFKA_SECURE_PASSWORD=$SASL_PASSWORD"
 }
 
 [[ $# -eq 1 ]] || usage

@@ -47,7 +47,7 @@ say "starting the test stack (real Kafka + Redis)"
 trap stop_stack EXIT
 "$HERE/stack.sh" up || die "the test stack did not start; see $SLUICE_STACK_DIR/logs/"
 eval "$("$HERE/stack.sh" env)"
-export SLUICE_KAFKA_BROKERS SLUICE_REDIS_URL
+export SLUICE_KAFKA_BROKERS SLUICE_REDIS_URL SLUICE_KAFKA_SECURE_BROKERS SLUICE_KAFKA_SECURE_CA SLUICE_KAFKA_SECURE_USERNAME SLUICE_KAFKA_SECURE_PASSWORD
 
 say "checking formatting"
 cargo fmt --all --check || die "code is not formatted: run cargo fmt --all"

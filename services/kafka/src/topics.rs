@@ -64,7 +64,9 @@ pub async fn ensure_topics(config: &KafkaConfig, specs: &[TopicSpec], timeout: D
     let admin: AdminClient<DefaultClientContext> = config.client().create().map_err(TopicError::Client)?;
     let new: Vec<NewTopic<'_>> =
         specs.iter().map(|s| NewTopic::new(&s.name, s.partitions, TopicReplication::Fixed(s.replication))).collect();
-    let options = AdminOptions::new().operation_timeout(Some(timeout));
+    // Both timeouts: the broker's for the operation, the client's for the request (its
+    // default is a minute, e.g. while a broker refuses the client's credentials).
+    let options = AdminOptions::new().operation_timeout(Some(timeout)).request_timeout(Some(timeout));
     for result in admin.create_topics(&new, &options).await.map_err(TopicError::Request)? {
         match result {
             Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}

@@ -17,6 +17,7 @@ struct Stack {
     dir: PathBuf,
     kafka_port: u16,
     controller_port: u16,
+    secure_port: u16,
     redis_port: u16,
 }
 
@@ -28,6 +29,7 @@ impl Stack {
             .env("SLUICE_STACK_DIR", &self.dir)
             .env("SLUICE_KAFKA_PORT", self.kafka_port.to_string())
             .env("SLUICE_KAFKA_CONTROLLER_PORT", self.controller_port.to_string())
+            .env("SLUICE_KAFKA_SECURE_PORT", self.secure_port.to_string())
             .env("SLUICE_REDIS_PORT", self.redis_port.to_string())
             .output()
             .expect("running deploy/local/stack.sh")
@@ -72,12 +74,14 @@ async fn stack_up_is_idempotent_serves_kafka_and_redis_and_down_leaves_nothing()
         dir: std::env::temp_dir().join(unique("sluice-stack-test")),
         kafka_port: free_port(),
         controller_port: free_port(),
+        secure_port: free_port(),
         redis_port: free_port(),
     };
 
     let first = stack.run("up");
     assert!(first.status.success(), "up failed:\n{}", text(&first));
     let brokers = format!("127.0.0.1:{}", stack.kafka_port);
+    assert!(answers(stack.secure_port), "the SASL_SSL listener answers on {}", stack.secure_port);
     assert!(text(&first).contains(&brokers), "up prints where Kafka is:\n{}", text(&first));
 
     let second = stack.run("up");
@@ -117,7 +121,7 @@ async fn stack_up_is_idempotent_serves_kafka_and_redis_and_down_leaves_nothing()
     assert!(down.status.success(), "down failed:\n{}", text(&down));
     assert!(!alive(kafka_pid), "kafka (pid {kafka_pid}) still running after down");
     assert!(!alive(redis_pid), "redis (pid {redis_pid}) still running after down");
-    for port in [stack.kafka_port, stack.controller_port, stack.redis_port] {
+    for port in [stack.kafka_port, stack.controller_port, stack.secure_port, stack.redis_port] {
         assert!(!answers(port), "port {port} still answers after down");
     }
     let status = stack.run("status");

@@ -35,6 +35,30 @@ pub fn kafka() -> KafkaConfig {
     KafkaConfig::new(required_env("SLUICE_KAFKA_BROKERS"))
 }
 
+/// The test stack's SASL_SSL listener: brokers, the CA file clients trust, and its SCRAM
+/// user and password (`SLUICE_KAFKA_SECURE_*`, exported by `stack.sh env`).
+pub struct SecureKafka {
+    pub brokers: String,
+    pub ca: String,
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for SecureKafka {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecureKafka").field("brokers", &self.brokers).field("ca", &self.ca).finish_non_exhaustive()
+    }
+}
+
+pub fn secure_kafka() -> SecureKafka {
+    SecureKafka {
+        brokers: required_env("SLUICE_KAFKA_SECURE_BROKERS"),
+        ca: required_env("SLUICE_KAFKA_SECURE_CA"),
+        username: required_env("SLUICE_KAFKA_SECURE_USERNAME"),
+        password: required_env("SLUICE_KAFKA_SECURE_PASSWORD"),
+    }
+}
+
 /// Redis URL of the running test stack (`SLUICE_REDIS_URL`).
 pub fn redis_url() -> String {
     required_env("SLUICE_REDIS_URL")
