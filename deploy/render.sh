@@ -3,6 +3,7 @@
 #   deploy/kubernetes/sluice.yaml      the workloads, the KEDA ScaledObject, PDBs, NetworkPolicies
 #   deploy/kubernetes/monitoring.yaml  the PodMonitor and PrometheusRule (prometheus-operator)
 #   deploy/prometheus/sluice-rules.yaml  the same alerting rules as a plain Prometheus rule file
+#                                  (both without the chart's release-namespace matcher)
 #   deploy/grafana/sluice-dashboard.json  the Grafana dashboard, for manual import
 # Usage: deploy/render.sh            rewrite them (after changing the chart)
 #        deploy/render.sh --check    fail, showing the difference, if they are not what the chart renders
@@ -19,8 +20,9 @@ render() {
   local template=("$helm" template sluice "$CHART" --kube-version 1.31.0)
   "${template[@]}" --set monitoring.podMonitor.enabled=false --set monitoring.prometheusRule.enabled=false \
     --set monitoring.dashboard.enabled=false >"$out/kubernetes/sluice.yaml"
+  # Not scoped to one namespace: applied with kubectl -n, the rules serve whichever it is.
   "${template[@]}" --show-only templates/monitoring.yaml --set monitoring.dashboard.enabled=false \
-    >"$out/kubernetes/monitoring.yaml"
+    --set monitoring.alerts.releaseNamespaceOnly=false >"$out/kubernetes/monitoring.yaml"
   "$python" - "$out/kubernetes/monitoring.yaml" "$out/prometheus/sluice-rules.yaml" <<'EOF'
 import sys, yaml
 def text(dumper, s):  # multi-line strings (the expressions) as literal blocks, as in the chart

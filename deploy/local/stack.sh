@@ -239,6 +239,8 @@ cmd_up() {
   [[ -z $kpid$rpid ]] || refuse_changed_settings
   if [[ -n $kpid && -n $rpid ]] && port_open "$KAFKA_PORT" && redis_ping; then
     log "already running (kafka pid $kpid, redis pid $rpid, $STACK_DIR)"
+    port_open "$SECURE_PORT" ||
+      warn "this broker has no SASL_SSL listener on $SECURE_PORT (started by an older stack.sh): run 'down', then 'up'"
     print_addresses
     return 0
   fi

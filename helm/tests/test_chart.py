@@ -219,7 +219,12 @@ def monitoring_checks(args, rendered):
     # has a unit test where it fires and one where it does not.
     rules_file = DEPLOY / "prometheus" / "sluice-rules.yaml"
     deployed = yaml.safe_load(rules_file.read_text())
-    check(deployed == rule[0]["spec"], "the rules in deploy/prometheus are the chart's PrometheusRule")
+    unscoped = find(render(args, "--set", "monitoring.alerts.releaseNamespaceOnly=false"), "PrometheusRule")
+    check(deployed == unscoped[0]["spec"],
+          "the rules in deploy/prometheus are the chart's PrometheusRule (without the release-namespace matcher)")
+    exprs = [r["expr"] for g in rule[0]["spec"]["groups"] for r in g["rules"]]
+    bare = [m.group(0) for e in exprs for m in re.finditer(r"\bsluice_[a-z0-9_]+(?![a-z0-9_])(?!\{namespace=\"default\")", e)]
+    check(not bare and exprs, f"in the chart, every selector of every rule matches the release's namespace (not: {bare})")
     out = subprocess.run([args.promtool, "check", "rules", str(rules_file)], capture_output=True, text=True)
     check(out.returncode == 0, "promtool check rules deploy/prometheus/sluice-rules.yaml" + ("" if out.returncode == 0 else f"\n{out.stdout}{out.stderr}"))
     tests_file = DEPLOY / "prometheus" / "sluice-rules.test.yaml"
@@ -232,7 +237,7 @@ def monitoring_checks(args, rendered):
         quiet = any(c["alertname"] == alert and not c.get("exp_alerts") for c in cases)
         check(fires and quiet, f"{alert} has a unit test where it fires and one where it does not")
     wanted = {"SluiceConsumerLagHigh", "SluiceProcessorNotReady", "SluiceDeadLettersHigh", "SluicePartitionPaused",
-              "SluiceSchedulerJobNoSuccess", "SluiceSchedulerStaleWrites"}
+              "SluiceSchedulerJobNoSuccess", "SluiceSchedulerStaleWrites", "SluiceSchedulerDown"}
     check(wanted <= alerts, f"the alerts cover lag, readiness, dead letters, paused partitions, job success and stale writes ({sorted(wanted - alerts)} missing)")
 
     # Per-job windows: each job gets its own rule, and the default rule leaves it out.
@@ -361,6 +366,12 @@ def main():
         check(ins == admin and outs == {53, 9092, 6379, 50051},
               f"{name}: in only {sorted(admin)}, out only DNS, Kafka, Redis and the chain ({sorted(ins)} / {sorted(outs)})")
 
+    try:
+        render(args, "--set", "processor.autoscaling.enabled=false", "--set", "processor.replicas=13")
+        check(False, "KEDA off: more replicas than partitions fails the render")
+    except RuntimeError as e:
+        check("processor.replicas" in str(e) and "kafka.partitions" in str(e),
+              f"KEDA off: more replicas than partitions fails the render, naming the settings ({str(e)[:80]}…)")
     try:
         render(args, "--set", "processor.autoscaling.maxReplicas=13")
         check(False, "maxReplicas above the partitions fails the render")

@@ -1,7 +1,10 @@
 {{/*
 The alerting rules, as a Prometheus rule file's `groups:` (the PrometheusRule's
 spec, and deploy/prometheus/sluice-rules.yaml rendered from the defaults).
-Every selector aggregates by namespace, so one rule set serves every release.
+Every expression aggregates by namespace. In the chart every selector also
+matches the release's namespace (monitoring.alerts.releaseNamespaceOnly), so
+releases with their own thresholds never judge each other's series; the plain
+rule file leaves it out and serves every namespace.
 */}}
 {{- define "sluice.rules" -}}
 {{- $a := .Values.monitoring.alerts -}}
@@ -11,12 +14,13 @@ Every selector aggregates by namespace, so one rule set serves every release.
 {{- $lag = mul (int $scale.lagThreshold) (int (ternary $scale.maxReplicas .Values.processor.replicas $scale.enabled)) -}}
 {{- end -}}
 {{- $windows := $a.schedulerJobNoSuccess.windowSecondsByJob -}}
+{{- $ns := ternary (printf "namespace=%q" .Release.Namespace) "" $a.releaseNamespaceOnly -}}
 groups:
   - name: sluice.processor
     rules:
       - alert: SluiceConsumerLagHigh
         expr: |
-          sum by (namespace, topic) (max by (namespace, topic, partition) (sluice_processor_lag_records)) > {{ $lag }}
+          sum by (namespace, topic) (max by (namespace, topic, partition) (sluice_processor_lag_records{{ include "sluice.sel" (list $ns) }})) > {{ $lag }}
         for: {{ $a.lag.for }}
         labels:
           severity: warning
@@ -29,7 +33,7 @@ groups:
             and the sink latency and retries panels (a slow downstream).
       - alert: SluiceProcessorNotReady
         expr: |
-          max by (namespace, pod) (sluice_processor_ready) == 0
+          max by (namespace, pod) (sluice_processor_ready{{ include "sluice.sel" (list $ns) }}) == 0
         for: {{ $a.processorNotReady.for }}
         labels:
           severity: warning
@@ -40,7 +44,7 @@ groups:
             it cannot reach Kafka or Redis, or has no assignment yet. Its /ready body names the reason.
       - alert: SluiceDeadLettersHigh
         expr: |
-          sum by (namespace, kind) (rate(sluice_processor_dead_letters_total[5m])) > {{ $a.deadLetters.ratePerSecond }}
+          sum by (namespace, kind) (rate(sluice_processor_dead_letters_total{{ include "sluice.sel" (list $ns) }}[5m])) > {{ $a.deadLetters.ratePerSecond }}
         for: {{ $a.deadLetters.for }}
         labels:
           severity: warning
@@ -52,7 +56,7 @@ groups:
             A producer-side schema change is the usual cause.
       - alert: SluicePartitionPaused
         expr: |
-          max by (namespace, pod, partition) (sluice_processor_partition_paused) == 1
+          max by (namespace, pod, partition) (sluice_processor_partition_paused{{ include "sluice.sel" (list $ns) }}) == 1
         for: {{ $a.pausedPartitions.for }}
         labels:
           severity: warning
@@ -66,7 +70,7 @@ groups:
     rules:
       - alert: SluiceSchedulerJobNoSuccess
         expr: |
-          {{- include "sluice.rules.noSuccess" (dict "window" $a.schedulerJobNoSuccess.windowSeconds "selector" (ternary "" (printf "job_name!~%q" (keys $windows | sortAlpha | join "|")) (empty $windows))) | nindent 10 }}
+          {{- include "sluice.rules.noSuccess" (dict "window" $a.schedulerJobNoSuccess.windowSeconds "ns" $ns "selector" (ternary "" (printf "job_name!~%q" (keys $windows | sortAlpha | join "|")) (empty $windows))) | nindent 10 }}
         for: {{ $a.schedulerJobNoSuccess.for }}
         labels:
           severity: critical
@@ -74,11 +78,11 @@ groups:
           summary: "Sluice job {{ "{{" }} $labels.job_name {{ "}}" }} has not succeeded in its window"
           description: >-
             The scheduler job {{ "{{" }} $labels.job_name {{ "}}" }} in {{ "{{" }} $labels.namespace {{ "}}" }} has no successful run in its window
-            (or has ended runs and never succeeded). `sluice-scheduler admin runs {{ "{{" }} $labels.job_name {{ "}}" }}` lists its runs with their reasons.
+            (or has ended runs and never succeeded); a paused job is left out. `sluice-scheduler admin runs {{ "{{" }} $labels.job_name {{ "}}" }}` lists its runs with their reasons.
       {{- range $job := keys $windows | sortAlpha }}
       - alert: SluiceSchedulerJobNoSuccess
         expr: |
-          {{- include "sluice.rules.noSuccess" (dict "window" (get $windows $job) "selector" (printf "job_name=%q" $job)) | nindent 10 }}
+          {{- include "sluice.rules.noSuccess" (dict "window" (get $windows $job) "ns" $ns "selector" (printf "job_name=%q" $job)) | nindent 10 }}
         for: {{ $a.schedulerJobNoSuccess.for }}
         labels:
           severity: critical
@@ -86,11 +90,24 @@ groups:
           summary: "Sluice job {{ "{{" }} $labels.job_name {{ "}}" }} has not succeeded in its window"
           description: >-
             The scheduler job {{ $job }} in {{ "{{" }} $labels.namespace {{ "}}" }} has no successful run in {{ get $windows $job }} s
-            (or has ended runs and never succeeded). `sluice-scheduler admin runs {{ $job }}` lists its runs with their reasons.
+            (or has ended runs and never succeeded); a paused job is left out. `sluice-scheduler admin runs {{ $job }}` lists its runs with their reasons.
       {{- end }}
+      - alert: SluiceSchedulerDown
+        expr: |
+          sum by (namespace) (sluice_scheduler_ready{{ include "sluice.sel" (list $ns) }}) == 0
+          or
+          absent(sluice_scheduler_ready{{ include "sluice.sel" (list $ns) }})
+        for: {{ $a.schedulerDown.for }}
+        labels:
+          severity: critical
+        annotations:
+          summary: "No Sluice scheduler replica is ready"
+          description: >-
+            No scheduler replica has been ready for {{ $a.schedulerDown.for }} (or none is scraped at all): no scheduled job
+            runs, and the job alerts above cannot see it. Check the scheduler pods and their /ready body (Redis).
       - alert: SluiceSchedulerStaleWrites
         expr: |
-          sum by (namespace, job_name) (increase(sluice_scheduler_stale_writes_rejected_total[10m])) > 0
+          sum by (namespace, job_name) (increase(sluice_scheduler_stale_writes_rejected_total{{ include "sluice.sel" (list $ns) }}[10m])) > 0
         labels:
           severity: warning
         annotations:
@@ -101,15 +118,24 @@ groups:
             (a CPU-starved or frozen pod, a slow Redis): check the scheduler's CPU limits and Redis latency.
 {{- end -}}
 
-{{/* A job's newest success is older than the window, or it has ended runs and never succeeded; call with (dict "window" seconds "selector" "job_name=…"). */}}
+{{/* A job's newest success is older than the window, or it has ended runs and never succeeded, and it is not paused; call with (dict "window" seconds "ns" "namespace=…" "selector" "job_name=…"). */}}
 {{- define "sluice.rules.noSuccess" -}}
-{{- $s := .selector -}}
-time() - max by (namespace, job_name) (sluice_scheduler_last_success_timestamp_seconds{{ if $s }}{ {{- $s -}} }{{ end }}) > {{ .window }}
-or
+{{- $sel := include "sluice.sel" (list .ns .selector) -}}
 (
-  sum by (namespace, job_name) (sluice_scheduler_runs_total{ {{- if $s }}{{ $s }}, {{ end -}} outcome!="succeeded"}) > 0
+  time() - max by (namespace, job_name) (sluice_scheduler_last_success_timestamp_seconds{{ $sel }}) > {{ .window }}
   or
-  sum by (namespace, job_name) (sluice_scheduler_ticks_missed_total{{ if $s }}{ {{- $s -}} }{{ end }}) > 0
+  (
+    sum by (namespace, job_name) (sluice_scheduler_runs_total{{ include "sluice.sel" (list .ns .selector "outcome!=\"succeeded\"") }}) > 0
+    or
+    sum by (namespace, job_name) (sluice_scheduler_ticks_missed_total{{ $sel }}) > 0
+  )
+  unless on (namespace, job_name) sluice_scheduler_last_success_timestamp_seconds{{ $sel }}
 )
-unless on (namespace, job_name) sluice_scheduler_last_success_timestamp_seconds
+unless on (namespace, job_name) (max by (namespace, job_name) (sluice_scheduler_paused{{ $sel }}) == 1)
+{{- end -}}
+
+{{/* A selector from the non-empty matchers of a list: `{a, b}`, or nothing. */}}
+{{- define "sluice.sel" -}}
+{{- $m := compact . -}}
+{{- if $m }}{ {{- join ", " $m -}} }{{ end -}}
 {{- end -}}

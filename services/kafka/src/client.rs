@@ -3,13 +3,22 @@
 use rdkafka::ClientConfig;
 
 /// How to reach the cluster, shared by producers, consumers and admin.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Its `Debug` names the properties but never prints their values (they may
+/// be credentials: `sasl.password`, `ssl.key.password`).
+#[derive(Clone, PartialEq, Eq)]
 pub struct KafkaConfig {
     /// `bootstrap.servers`.
     pub brokers: String,
     /// Extra librdkafka properties (`security.protocol`, `sasl.*`, `ssl.*`,
     /// tuning), applied last so they override the defaults set here.
     pub properties: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for KafkaConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let keys: Vec<&str> = self.properties.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("KafkaConfig").field("brokers", &self.brokers).field("properties", &keys).finish()
+    }
 }
 
 impl KafkaConfig {
@@ -72,5 +81,13 @@ mod tests {
             let consumer: Result<BaseConsumer, _> = config.client().set("group.id", "tls-check").create();
             assert!(consumer.is_ok(), "{protocol} {mechanism}: {:?}", consumer.err());
         }
+    }
+
+    #[test]
+    fn debug_names_properties_but_never_prints_their_values() {
+        let mut config = KafkaConfig::new("broker:9093");
+        config.properties = vec![("sasl.password".into(), "hunter2".into())];
+        let text = format!("{config:?}");
+        assert!(text.contains("broker:9093") && text.contains("sasl.password") && !text.contains("hunter2"), "{text}");
     }
 }

@@ -59,8 +59,10 @@ impl<H: Handler> ClientContext for Ctx<H> {
     /// metadata request on the consumer thread.
     fn stats(&self, statistics: rdkafka::Statistics) {
         let Some(topic) = statistics.topics.get(&*self.topic) else { return };
-        let owned: Vec<i32> = self.lock_actors().keys().copied().collect();
-        for p in owned {
+        // The lock is held through the updates: a revoke removes the actor, then
+        // the partition's series, so no update can bring a revoked one back.
+        let actors = self.lock_actors();
+        for &p in actors.keys() {
             let Some(stats) = topic.partitions.get(&p) else { continue };
             if stats.hi_offset < 0 {
                 continue;
@@ -126,6 +128,7 @@ impl<H: Handler> ConsumerContext for Ctx<H> {
                     self.forget_pending(&partitions);
                     self.commit_drained(consumer, &drained);
                 }
+                self.forget_offset_metrics(&partitions);
             }
             Rebalance::Error(e) => {
                 self.metrics.rebalances.with_label_values(&["error"]).inc();
@@ -161,6 +164,19 @@ impl<H: Handler> Ctx<H> {
         for p in partitions {
             pending.remove(p);
             sent.remove(p);
+        }
+    }
+
+    /// Drops the offset and lag series of partitions this consumer no longer
+    /// owns: frozen at their value when revoked (often high: a scale-up under
+    /// lag moves partitions), they would outlive the lag itself in every
+    /// `max by (partition)` of the dashboard and the alerts.
+    fn forget_offset_metrics(&self, partitions: &[i32]) {
+        for p in partitions {
+            let labels = [&*self.topic, &p.to_string()];
+            let _ = self.metrics.lag.remove_label_values(&labels);
+            let _ = self.metrics.committed_offset.remove_label_values(&labels);
+            let _ = self.metrics.high_watermark.remove_label_values(&labels);
         }
     }
 
