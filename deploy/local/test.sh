@@ -11,6 +11,7 @@
 #   SLUICE_TEST_STACK_DIR   <repo>/.stack/test   the test stack's data and logs
 #   SLUICE_TEST_KAFKA_PORT  19092                (controller: +1)
 #   SLUICE_TEST_REDIS_PORT  16379
+#   SLUICE_TEST_PROMETHEUS_PORT 19190            the Prometheus that scrapes the demo smoke
 #   SLUICE_TEST_KEEP_STACK  unset                set to 1 to leave the stack running afterwards
 #   CARGO_TARGET_DIR        cargo's default      CI points it at a cache outside the clone
 set -euo pipefail
@@ -33,8 +34,17 @@ export SLUICE_STACK_DIR=${SLUICE_TEST_STACK_DIR:-$REPO_ROOT/.stack/test}
 export SLUICE_KAFKA_PORT=${SLUICE_TEST_KAFKA_PORT:-19092}
 export SLUICE_KAFKA_CONTROLLER_PORT=$((SLUICE_KAFKA_PORT + 1))
 export SLUICE_REDIS_PORT=${SLUICE_TEST_REDIS_PORT:-16379}
+PROMETHEUS_PORT=${SLUICE_TEST_PROMETHEUS_PORT:-19190}
+
+stop_prometheus() {
+  local pid
+  pid=$(cat "$SLUICE_STACK_DIR/prometheus/pid" 2>/dev/null) || return 0
+  kill "$pid" 2>/dev/null && timeout 20 tail --pid="$pid" -f /dev/null || kill -9 "$pid" 2>/dev/null || true
+  rm -f "$SLUICE_STACK_DIR/prometheus/pid"
+}
 
 stop_stack() {
+  stop_prometheus
   if [[ ${SLUICE_TEST_KEEP_STACK:-} == 1 ]]; then
     say "leaving the test stack running ($SLUICE_STACK_DIR)"
   else
@@ -92,7 +102,28 @@ say "rendering the smoke results (tables and plots, into a temporary copy)"
 
 say "demo smoke: the whole system (chainsim, ingest x2, scheduler x2, autoscaled processors) for 20 s; must PASS"
 cargo build --locked -q --bins
-rm -rf "$SLUICE_STACK_DIR/scrapes"
+rm -rf "$SLUICE_STACK_DIR/scrapes" "$SLUICE_STACK_DIR/prometheus"
+mkdir -p "$SLUICE_STACK_DIR/scrapes" "$SLUICE_STACK_DIR/prometheus"
+# A real Prometheus scrapes the demo's services (file-based discovery the demo keeps
+# current) every second and evaluates deploy/'s rules; the chart checks query it.
+cat >"$SLUICE_STACK_DIR/prometheus/prometheus.yml" <<PROM
+global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}
+rule_files: ["$REPO_ROOT/deploy/prometheus/sluice-rules.yaml"]
+scrape_configs:
+  - job_name: sluice
+    file_sd_configs: [{files: ["$SLUICE_STACK_DIR/scrapes/targets.json"], refresh_interval: 1s}]
+PROM
+(exec "$("$HERE/tools.sh" prometheus)" --config.file="$SLUICE_STACK_DIR/prometheus/prometheus.yml" \
+  --storage.tsdb.path="$SLUICE_STACK_DIR/prometheus/data" --web.listen-address="127.0.0.1:$PROMETHEUS_PORT" \
+  --log.level=warn </dev/null >"$SLUICE_STACK_DIR/logs/prometheus.log" 2>&1) &
+echo $! >"$SLUICE_STACK_DIR/prometheus/pid"
+for _ in $(seq 100); do
+  curl -sf "http://127.0.0.1:$PROMETHEUS_PORT/-/ready" >/dev/null && break
+  sleep 0.2
+done
+curl -sf "http://127.0.0.1:$PROMETHEUS_PORT/-/ready" >/dev/null ||
+  die "prometheus did not start on 127.0.0.1:$PROMETHEUS_PORT (log: $SLUICE_STACK_DIR/logs/prometheus.log)"
+scrape_since=$(date +%s)
 target_dir=$(cargo metadata --locked --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 "$target_dir/debug/sluice-demo" --seconds 20 --rate 300 --max-processors 2 --lag-threshold 300 --sync-seconds 2 \
   --scale-down-window-seconds 6 --out "$smoke_out/demo" --logs "$smoke_out/demo-logs" \
@@ -111,11 +142,13 @@ promtool=$("$HERE/tools.sh" promtool)
 "$HERE/../render.sh" --check
 "$tools_python" "$REPO_ROOT/helm/tests/test_chart.py" --helm "$helm_bin" --promtool "$promtool" \
   --crds "$("$HERE/tools.sh" keda-crds)" --crds "$("$HERE/tools.sh" monitoring-crds)" \
-  --scrapes "$SLUICE_STACK_DIR/scrapes" >"$SLUICE_STACK_DIR/logs/chart.log" 2>&1 || {
+  --scrapes "$SLUICE_STACK_DIR/scrapes" --prometheus "http://127.0.0.1:$PROMETHEUS_PORT" --since "$scrape_since" \
+  >"$SLUICE_STACK_DIR/logs/chart.log" 2>&1 || {
   grep -E '^FAIL' -A3 "$SLUICE_STACK_DIR/logs/chart.log" >&2
   die "chart checks failed (log: $SLUICE_STACK_DIR/logs/chart.log)"
 }
 tail -n 1 "$SLUICE_STACK_DIR/logs/chart.log"
+stop_prometheus
 
 say "building and running every test (Kafka $SLUICE_KAFKA_BROKERS, Redis $SLUICE_REDIS_URL)"
 # Two tests at a time per test binary: the machine has two cores and the broker needs some.

@@ -10,6 +10,7 @@
 #                                  controller-gen, the way the operator generates them
 #   deploy/local/tools.sh promtool  promtool, from Debian's prometheus package (not installed:
 #                                  the package is downloaded and unpacked)
+#   deploy/local/tools.sh prometheus  the Prometheus server, from the same package
 #   deploy/local/tools.sh build-deps  what the Rust build needs beyond the toolchain: OpenSSL's
 #                                  headers and pkg-config (librdkafka links OpenSSL for TLS/SASL)
 # Environment: SLUICE_HELM_VERSION (v3.22.0), SLUICE_KEDA_VERSION (v2.21.0),
@@ -83,19 +84,19 @@ monitoring_crds() {
   echo "$out"
 }
 
-promtool_path() {
+prometheus_deb() { # prints the unpacked package's root
   local root="$TOOLS/prometheus-deb"
-  if [[ ! -x $root/usr/bin/promtool ]]; then
-    command -v apt-get >/dev/null || die "apt-get is missing: promtool comes from Debian's prometheus package"
+  if [[ ! -x $root/usr/bin/promtool || ! -x $root/usr/bin/prometheus ]]; then
+    command -v apt-get >/dev/null || die "apt-get is missing: promtool and prometheus come from Debian's prometheus package"
     local log="$TOOLS/promtool.log" tmp
     tmp=$(mktemp -d) && chmod 777 "$tmp"
-    echo "downloading Debian's prometheus package for promtool (log: $log)" >&2
+    echo "downloading Debian's prometheus package for promtool and prometheus (log: $log)" >&2
     { (cd "$tmp" && { apt-get download prometheus || { apt-get update && apt-get download prometheus; }; }) \
         && rm -rf "$root" && dpkg-deb -x "$tmp"/prometheus_*.deb "$root"; } >"$log" 2>&1 \
       || { rm -rf "$tmp"; tail -n 20 "$log" >&2; die "fetching promtool failed"; }
     rm -rf "$tmp"
   fi
-  echo "$root/usr/bin/promtool"
+  echo "$root"
 }
 
 build_deps() {
@@ -113,7 +114,8 @@ case ${1:-} in
   python) python_path ;;
   keda-crds) keda_crds ;;
   monitoring-crds) monitoring_crds ;;
-  promtool) promtool_path ;;
+  promtool) echo "$(prometheus_deb)/usr/bin/promtool" ;;
+  prometheus) echo "$(prometheus_deb)/usr/bin/prometheus" ;;
   build-deps) build_deps ;;
-  *) sed -n '2,19s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,20s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
 esac

@@ -72,7 +72,8 @@ struct Args {
     logs: Option<PathBuf>,
     /// Keep each service's newest `/metrics` text here as `<process>.prom`
     /// (the chart's tests check the dashboard's and the alerts' metric names
-    /// against them).
+    /// against them), and the running services as Prometheus file-based
+    /// discovery targets in `targets.json` (namespace `sluice-demo`).
     #[arg(long)]
     scrapes: Option<PathBuf>,
     #[arg(long, env = "SLUICE_KAFKA_BROKERS")]
@@ -446,11 +447,22 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
         if let Some(dir) = &args.scrapes {
             let named = system.ingest.iter().zip(&ingest_texts);
             let named = named.chain(system.processors.iter().zip(&proc_texts));
+            let mut targets = Vec::new();
             for (proc, text) in named.chain(system.schedulers.iter().zip(&sched_texts)) {
                 if !text.is_empty() {
                     std::fs::write(dir.join(format!("{}.prom", proc.name)), text)?;
                 }
+                // What a PodMonitor would give Prometheus, as file-based discovery.
+                let component = proc.name.split('-').next().unwrap_or_default();
+                targets.push(serde_json::json!({
+                    "targets": [format!("127.0.0.1:{}", proc.admin_port)],
+                    "labels": {"namespace": "sluice-demo", "pod": proc.name, "app_kubernetes_io_component": component},
+                }));
             }
+            // Replaced whole (rename), so Prometheus never reads half a file.
+            let tmp = dir.join("targets.json.tmp");
+            std::fs::write(&tmp, serde_json::to_vec(&targets)?)?;
+            std::fs::rename(&tmp, dir.join("targets.json"))?;
         }
         let runs = |job: &str| -> u64 {
             sched_texts
