@@ -117,12 +117,12 @@ PROM
   --storage.tsdb.path="$SLUICE_STACK_DIR/prometheus/data" --web.listen-address="127.0.0.1:$PROMETHEUS_PORT" \
   --log.level=warn </dev/null >"$SLUICE_STACK_DIR/logs/prometheus.log" 2>&1) &
 echo $! >"$SLUICE_STACK_DIR/prometheus/pid"
-for _ in $(seq 100); do
-  curl -sf "http://127.0.0.1:$PROMETHEUS_PORT/-/ready" >/dev/null && break
-  sleep 0.2
-done
-curl -sf "http://127.0.0.1:$PROMETHEUS_PORT/-/ready" >/dev/null ||
-  die "prometheus did not start on 127.0.0.1:$PROMETHEUS_PORT (log: $SLUICE_STACK_DIR/logs/prometheus.log)"
+prometheus_ready() {
+  python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
+    "http://127.0.0.1:$PROMETHEUS_PORT/-/ready" 2>/dev/null
+}
+for _ in $(seq 100); do prometheus_ready && break; sleep 0.2; done
+prometheus_ready || die "prometheus did not start on 127.0.0.1:$PROMETHEUS_PORT (log: $SLUICE_STACK_DIR/logs/prometheus.log)"
 scrape_since=$(date +%s)
 target_dir=$(cargo metadata --locked --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 "$target_dir/debug/sluice-demo" --seconds 20 --rate 300 --max-processors 2 --lag-threshold 300 --sync-seconds 2 \
