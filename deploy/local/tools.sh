@@ -27,16 +27,26 @@ mkdir -p "$TOOLS"
 
 die() { printf 'tools.sh: error: %s\n' "$*" >&2; exit 1; }
 
-helm_path() {
-  local bin="$TOOLS/helm-$HELM_VERSION/helm"
+# Builds a Go command once into $TOOLS/<name>-<version>/ and prints its path.
+go_install() { # name package version
+  local name=$1 bin="$TOOLS/$1-$3/$1" log="$TOOLS/$1-$3.log"
   if [[ ! -x $bin ]]; then
-    command -v go >/dev/null || die "go is not installed: helm is built from its Go module (helm.sh/helm/v3)"
-    local log="$TOOLS/helm-$HELM_VERSION.log"
-    echo "building helm $HELM_VERSION from its Go module (a few minutes on 2 cores; log: $log)" >&2
-    (cd "$TOOLS" && GOBIN="$TOOLS/helm-$HELM_VERSION" GOFLAGS=-mod=mod go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION") >"$log" 2>&1 \
-      || { tail -n 20 "$log" >&2; die "building helm failed"; }
+    command -v go >/dev/null || die "go is not installed: $name is built from its Go module ($2)"
+    echo "building $name $3 from its Go module (log: $log)" >&2
+    (cd "$TOOLS" && GOBIN="${bin%/*}" GOFLAGS=-mod=mod go install "$2@$3") >"$log" 2>&1 \
+      || { tail -n 20 "$log" >&2; die "building $name failed"; }
   fi
   echo "$bin"
+}
+
+# The directory of a downloaded Go module (module@version).
+go_module_dir() {
+  command -v go >/dev/null || die "go is not installed: $1 is a Go module"
+  (cd "$TOOLS" && go mod download -json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+}
+
+helm_path() {
+  go_install helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION"
 }
 
 python_path() {
@@ -51,33 +61,23 @@ python_path() {
 }
 
 keda_crds() {
-  command -v go >/dev/null || die "go is not installed: KEDA's CRDs come from its Go module"
   local dir
-  dir=$(cd "$TOOLS" && go mod download -json "github.com/kedacore/keda/v2@$KEDA_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])') \
-    || die "downloading KEDA's Go module $KEDA_VERSION failed"
+  dir=$(go_module_dir "github.com/kedacore/keda/v2@$KEDA_VERSION") || die "downloading KEDA's Go module $KEDA_VERSION failed"
   [[ -f $dir/config/crd/bases/keda.sh_scaledobjects.yaml ]] || die "no CRDs under $dir/config/crd/bases"
   echo "$dir/config/crd/bases"
-}
-
-go_module_dir() {
-  (cd "$TOOLS" && go mod download -json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
 }
 
 monitoring_crds() {
   local out="$TOOLS/prometheus-operator-crds-$PROMOP_VERSION"
   if [[ ! -f $out/monitoring.coreos.com_prometheusrules.yaml ]]; then
-    command -v go >/dev/null || die "go is not installed: the CRDs are generated from prometheus-operator's Go module"
-    local gen="$TOOLS/controller-gen-$CONTROLLER_TOOLS_VERSION/controller-gen" log="$TOOLS/monitoring-crds.log" api tmp
+    local gen log="$TOOLS/monitoring-crds.log" api tmp
+    gen=$(go_install controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen "$CONTROLLER_TOOLS_VERSION")
     echo "generating prometheus-operator $PROMOP_VERSION's CRDs with controller-gen (log: $log)" >&2
-    if [[ ! -x $gen ]]; then
-      (cd "$TOOLS" && GOBIN="${gen%/*}" GOFLAGS=-mod=mod go install "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_TOOLS_VERSION") >"$log" 2>&1 \
-        || { tail -n 20 "$log" >&2; die "building controller-gen failed"; }
-    fi
     api=$(go_module_dir "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring@$PROMOP_VERSION") \
       || die "downloading prometheus-operator's API module $PROMOP_VERSION failed"
     tmp=$(mktemp -d)
     cp -r "$api"/. "$tmp" && chmod -R u+w "$tmp"
-    (cd "$tmp" && GOFLAGS=-mod=mod "$gen" crd:crdVersions=v1,allowDangerousTypes=true paths=./v1/... "output:crd:dir=$out.tmp") >>"$log" 2>&1 \
+    (cd "$tmp" && GOFLAGS=-mod=mod "$gen" crd:crdVersions=v1,allowDangerousTypes=true paths=./v1/... "output:crd:dir=$out.tmp") >"$log" 2>&1 \
       || { rm -rf "$tmp"; tail -n 20 "$log" >&2; die "generating the CRDs failed"; }
     rm -rf "$tmp" "$out" && mv "$out.tmp" "$out"
   fi
