@@ -13,7 +13,7 @@ case per alert), every dashboard query parses, and every metric name the rules a
 dashboard use is in what the running services exported (the demo smoke's scrapes).
 
 Usage: test_chart.py --helm PATH --promtool PATH --crds DIR [--crds DIR…] --scrapes DIR
-                     [--kube-version 1.31.0]
+                     --prometheus URL --since UNIX_SECONDS [--kube-version 1.31.0]
 Exits non-zero with every failed check listed.
 """
 import argparse
@@ -328,8 +328,8 @@ def main():
     parser.add_argument("--crds", required=True, action="append", help="a folder of CRD YAML files (KEDA's, prometheus-operator's)")
     parser.add_argument("--promtool", required=True)
     parser.add_argument("--scrapes", required=True, help="folder of /metrics texts of the running services (*.prom)")
-    parser.add_argument("--prometheus", help="URL of a Prometheus that scraped the services with deploy/'s rules")
-    parser.add_argument("--since", type=float, help="when that Prometheus started scraping (Unix seconds)")
+    parser.add_argument("--prometheus", required=True, help="URL of a Prometheus that scraped the services with deploy/'s rules")
+    parser.add_argument("--since", required=True, type=float, help="when that Prometheus started scraping (Unix seconds)")
     args = parser.parse_args()
     crd_schemas = {}
     for folder in args.crds:
@@ -449,8 +449,7 @@ def main():
     dockerfile_checks(rendered.get("demo", []))
 
     demo = rendered.get("demo", [])
-    env = {e["name"]: e for c in find(demo, "Deployment", "-scheduler")[0]["spec"]["template"]["spec"]["containers"]
-           for e in c["env"]} if demo else {}
+    env = container_env(find(demo, "Deployment", "-scheduler")[0]) if demo else {}
     check(env.get("SLUICE_SCHEDULER_ADMIN_TOKEN", {}).get("valueFrom", {}).get("secretKeyRef", {}).get("name") == "sluice-admin"
           and "valueFrom" in env.get("SLUICE_SCHEDULER_REDIS_URL", {}),
           "demo: secrets reach the scheduler as env from Secrets, never as values")
@@ -474,8 +473,7 @@ def main():
     check(not undocumented, f"the chart README documents every value (missing: {undocumented})")
 
     monitoring_checks(args, rendered)
-    if args.prometheus:
-        prometheus_checks(args)
+    prometheus_checks(args)
 
     print(f"\n{len(failures)} failed")
     sys.exit(1 if failures else 0)

@@ -68,29 +68,9 @@ groups:
             outage (Redis, Kafka): work waits rather than being dropped. Check the retries and stalled-records panels.
   - name: sluice.scheduler
     rules:
-      - alert: SluiceSchedulerJobNoSuccess
-        expr: |
-          {{- include "sluice.rules.noSuccess" (dict "window" $a.schedulerJobNoSuccess.windowSeconds "ns" $ns "selector" (ternary "" (printf "job_name!~%q" (keys $windows | sortAlpha | join "|")) (empty $windows))) | nindent 10 }}
-        for: {{ $a.schedulerJobNoSuccess.for }}
-        labels:
-          severity: critical
-        annotations:
-          summary: "Sluice job {{ "{{" }} $labels.job_name {{ "}}" }} has not succeeded in its window"
-          description: >-
-            The scheduler job {{ "{{" }} $labels.job_name {{ "}}" }} in {{ "{{" }} $labels.namespace {{ "}}" }} has no successful run in its window
-            (or has ended runs and never succeeded); a paused job is left out. `sluice-scheduler admin runs {{ "{{" }} $labels.job_name {{ "}}" }}` lists its runs with their reasons.
+      {{- include "sluice.rules.noSuccessRule" (dict "window" $a.schedulerJobNoSuccess.windowSeconds "ns" $ns "for" $a.schedulerJobNoSuccess.for "selector" (ternary "" (printf "job_name!~%q" (keys $windows | sortAlpha | join "|")) (empty $windows))) | nindent 6 }}
       {{- range $job := keys $windows | sortAlpha }}
-      - alert: SluiceSchedulerJobNoSuccess
-        expr: |
-          {{- include "sluice.rules.noSuccess" (dict "window" (get $windows $job) "ns" $ns "selector" (printf "job_name=%q" $job)) | nindent 10 }}
-        for: {{ $a.schedulerJobNoSuccess.for }}
-        labels:
-          severity: critical
-        annotations:
-          summary: "Sluice job {{ "{{" }} $labels.job_name {{ "}}" }} has not succeeded in its window"
-          description: >-
-            The scheduler job {{ $job }} in {{ "{{" }} $labels.namespace {{ "}}" }} has no successful run in {{ get $windows $job }} s
-            (or has ended runs and never succeeded); a paused job is left out. `sluice-scheduler admin runs {{ $job }}` lists its runs with their reasons.
+      {{- include "sluice.rules.noSuccessRule" (dict "window" (get $windows $job) "ns" $ns "for" $a.schedulerJobNoSuccess.for "selector" (printf "job_name=%q" $job) "job" $job) | nindent 6 }}
       {{- end }}
       - alert: SluiceSchedulerDown
         expr: |
@@ -116,6 +96,22 @@ groups:
             A run of {{ "{{" }} $labels.job_name {{ "}}" }} in {{ "{{" }} $labels.namespace {{ "}}" }} kept writing after it had lost its lease
             and the fence refused the writes (nothing was written twice). A replica paused longer than the lease
             (a CPU-starved or frozen pod, a slow Redis): check the scheduler's CPU limits and Redis latency.
+{{- end -}}
+
+{{/* The SluiceSchedulerJobNoSuccess rule: for every job but those with their own window, or for "job" alone with its own; call with (dict "window" seconds "ns" … "for" … "selector" … ["job" name]). */}}
+{{- define "sluice.rules.noSuccessRule" -}}
+{{- $job := default (print "{{ $labels.job_name }}") .job -}}
+- alert: SluiceSchedulerJobNoSuccess
+  expr: |
+    {{- include "sluice.rules.noSuccess" . | nindent 4 }}
+  for: {{ .for }}
+  labels:
+    severity: critical
+  annotations:
+    summary: "Sluice job {{ "{{" }} $labels.job_name {{ "}}" }} has not succeeded in its window"
+    description: >-
+      The scheduler job {{ $job }} in {{ "{{" }} $labels.namespace {{ "}}" }} has no successful run in {{ if .job }}{{ .window }} s{{ else }}its window{{ end }}
+      (or has ended runs and never succeeded); a paused job is left out. `sluice-scheduler admin runs {{ $job }}` lists its runs with their reasons.
 {{- end -}}
 
 {{/* A job's newest success is older than the window, or it has ended runs and never succeeded, and it is not paused; call with (dict "window" seconds "ns" "namespace=…" "selector" "job_name=…"). */}}
