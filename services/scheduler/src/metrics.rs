@@ -3,9 +3,11 @@
 //!
 //! The job's label is `job_name`, not `job`: Prometheus gives every scraped
 //! series its own `job` label (the scrape job) and would rename ours to
-//! `exported_job`. Every series of a job exists from the moment its replica
-//! starts ticking it (zero until something happens), so `rate()` starts
-//! from zero and an alert never waits on a series that is not there yet.
+//! `exported_job`. A job's counters and its running and paused gauges exist
+//! from the moment its replica starts ticking it (zero until something
+//! happens), so `rate()` starts from zero and an alert never waits on a series
+//! that is not there yet; its histograms, next tick and last success appear
+//! with their first value.
 
 use prometheus::{
     GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, exponential_buckets,
@@ -149,9 +151,7 @@ impl Metrics {
             registry: r,
         }
     }
-}
 
-impl Metrics {
     /// Creates every series of `job` at zero, with the outcomes and reasons
     /// the scheduler records (a Prometheus counter that appears only on its
     /// first increment hides that first increment from `rate()`).
