@@ -55,11 +55,6 @@ impl Default for ChainConfig {
     }
 }
 
-/// The wall clock, Unix milliseconds: what live pacing and genesis compare against.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
-}
-
 /// Converts a fraction in `[0, 1]` to parts per million.
 pub fn fraction_to_ppm(name: &str, fraction: f64) -> Result<u32, String> {
     if !(0.0..=1.0).contains(&fraction) {

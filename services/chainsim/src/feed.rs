@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 
 use prost::Message;
 use serde::Serialize;
+use sluice_core::clock::now_ms;
 use sluice_core::route::record_keys;
 use sluice_kafka::producer::Acked;
 use sluice_kafka::{KafkaConfig, PipelinedProducer, ProduceError};
 use tokio::sync::mpsc;
 
-use crate::config::now_ms;
 use crate::generator::{Block, Chain, TxKind};
 
 /// How much of the chain to feed, and how.

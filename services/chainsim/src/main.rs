@@ -123,9 +123,7 @@ struct ChainArgs {
 
 impl ChainArgs {
     fn config(&self) -> Result<ChainConfig> {
-        let genesis_ms = self.genesis_ms.unwrap_or_else(|| {
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
-        });
+        let genesis_ms = self.genesis_ms.unwrap_or_else(sluice_core::clock::now_ms);
         let ppm = |name: &str, v: f64| fraction_to_ppm(name, v).map_err(anyhow::Error::msg);
         let config = ChainConfig {
             seed: self.seed,

@@ -12,6 +12,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures_util::Stream;
+use sluice_core::clock::now_ms;
 use sluice_core::pool::PriceParams;
 use sluice_proto::chain::v1::chain_server::{Chain as ChainApi, ChainServer};
 use sluice_proto::chain::v1::{
@@ -24,7 +25,6 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tonic::{Request, Response, Status};
 
-use crate::config::now_ms;
 use crate::generator::Chain;
 use crate::history::{History, HistoryError};
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 use prost::Message;
 use sluice_chainsim::server::{ChainNode, ServerOptions};
 use sluice_chainsim::{Chain, ChainConfig};
+use sluice_core::clock::now_ms;
 use sluice_core::pool::PoolState;
 use sluice_core::recognize::recognize;
 use sluice_core::route::record_keys;
@@ -17,13 +18,6 @@ use sluice_proto::chain::v1::{
     subscribe_update::Update,
 };
 use tonic::transport::Channel;
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .expect("clock after 1970")
-}
 
 /// A fast chain whose first 60 slots are already due when it starts.
 fn config() -> ChainConfig {

@@ -1,9 +1,10 @@
 //! Sluice's domain logic, free of IO.
 //!
-//! Nothing here touches a socket, a clock or a runtime: no tokio, rdkafka or
-//! redis. The chain simulator writes transactions with these layouts, the
-//! ingest gateway routes them with [`route`], and the processor recognises
-//! swaps with [`recognize`]; tests and benchmarks call the same code.
+//! Nothing here touches a socket or a runtime: no tokio, rdkafka or redis.
+//! The one clock reading is [`clock::now_ms`], which the logic never calls.
+//! The chain simulator writes transactions with these layouts, the ingest
+//! gateway routes them with [`route`], and the processor recognises swaps
+//! with [`recognize`]; tests and benchmarks call the same code.
 //!
 //! # Layout
 //! - [`rng`]: the seedable generator every deterministic stream is drawn from.
@@ -16,10 +17,12 @@
 //! - [`offsets`]: the per-partition contiguous-watermark offset tracker.
 //! - [`cache`]: the concurrent batch-evicting cache (token decimals).
 //! - [`prices`]: the lock-free board of reference prices.
+//! - [`clock`]: wall-clock Unix milliseconds, for the crates around this one.
 
 #![forbid(unsafe_code)]
 
 pub mod cache;
+pub mod clock;
 pub mod keys;
 pub mod offsets;
 pub mod pool;

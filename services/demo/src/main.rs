@@ -32,9 +32,10 @@ use sluice_proto::chain::v1::GetHeadRequest;
 use sluice_proto::chain::v1::chain_client::ChainClient;
 use sluice_proto::scheduler::v1::TriggerNowRequest;
 use sluice_proto::scheduler::v1::scheduler_admin_client::SchedulerAdminClient;
+use sluice_service::process::{free_port, metric};
 
 use crate::autoscale::{Autoscaler, Rule};
-use crate::procs::{Proc, binary, buckets, free_port, quantile, sum};
+use crate::procs::{Proc, binary, buckets, quantile};
 use crate::report::{Sample, Settings};
 
 #[derive(Debug, Clone, Parser)]
@@ -136,7 +137,7 @@ impl System {
     fn start_processor(&mut self) -> anyhow::Result<()> {
         self.next_processor += 1;
         let name = format!("processor-{}", self.next_processor);
-        let port = free_port();
+        let port = free_port()?;
         let n = &self.names;
         let env = self.env(
             "SLUICE_PROCESSOR_",
@@ -159,7 +160,7 @@ impl System {
     }
 
     fn start_ingest(&mut self, i: usize) -> anyhow::Result<()> {
-        let port = free_port();
+        let port = free_port()?;
         let n = &self.names;
         let env = self.env(
             "SLUICE_INGEST_",
@@ -180,8 +181,8 @@ impl System {
     }
 
     fn start_scheduler(&mut self, i: usize) -> anyhow::Result<u16> {
-        let port = free_port();
-        let grpc = free_port();
+        let port = free_port()?;
+        let grpc = free_port()?;
         let env = self.env(
             "SLUICE_SCHEDULER_",
             &[
@@ -240,7 +241,7 @@ async fn main() -> anyhow::Result<()> {
         "--max-processors must be between 1 and --partitions ({}): more consumers than partitions sit idle",
         args.partitions
     );
-    let started_ms = sluice_scheduler::store::now_ms();
+    let started_ms = sluice_core::clock::now_ms();
     let id = format!("demo-{}", started_ms / 1000);
     let names = Names {
         topic: format!("{id}.chain.transactions"),
@@ -271,7 +272,7 @@ async fn main() -> anyhow::Result<()> {
     .context("creating the demo's topics")?;
 
     say(&format!("== {id}: the whole system on this machine (logs in {})", logs.display()));
-    let chain_port = free_port();
+    let chain_port = free_port()?;
     let chain_url = format!("http://127.0.0.1:{chain_port}");
     // The chain's shape is known here too, so the view can show its true rate.
     let chain_config = ChainConfig { seed: 1, genesis_ms: started_ms, tx_per_sec: args.rate, ..ChainConfig::default() };
@@ -433,12 +434,13 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
         };
         peak_lag = peak_lag.max(lag);
         let ingest_texts: Vec<String> = system.ingest.iter().map(Proc::metrics).collect();
-        let ingest_tx: f64 = ingest_texts.iter().map(|t| sum(t, "sluice_ingest_produced_transactions_total", "")).sum();
+        let ingest_tx: f64 =
+            ingest_texts.iter().map(|t| metric(t, "sluice_ingest_produced_transactions_total", "")).sum();
         let head = match chain.clone().get_head(GetHeadRequest {}).await {
             Ok(h) => h.into_inner().head_slot,
             Err(_) => timeline.last().map_or(0, |s: &Sample| s.chain_head_slot),
         };
-        let active = ingest_texts.iter().position(|t| sum(t, "sluice_ingest_active", "") == 1.0);
+        let active = ingest_texts.iter().position(|t| metric(t, "sluice_ingest_active", "") == 1.0);
         let proc_texts: Vec<String> = system.processors.iter().map(Proc::metrics).collect();
         let latency_now = buckets(proc_texts.iter().map(String::as_str), "sluice_processor_end_to_end_latency_seconds");
         let p99 = quantile(&latency_before, &latency_now, 0.99);
@@ -467,7 +469,7 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
         let runs = |job: &str| -> u64 {
             sched_texts
                 .iter()
-                .map(|t| sum(t, "sluice_scheduler_runs_total", &format!("job_name=\"{job}\",outcome=\"succeeded\"")))
+                .map(|t| metric(t, "sluice_scheduler_runs_total", &format!("job_name=\"{job}\",outcome=\"succeeded\"")))
                 .sum::<f64>() as u64
         };
         let (throughput, ingest_rate, chain_rate) = match last {

@@ -1,22 +1,21 @@
 //! The processes the demo runs: each deployable's real binary, with its
-//! log in the run's folder and its admin port for `/metrics`.
+//! log in the run's folder and its admin port for `/metrics`. Spawning,
+//! signals and reading the admin port are `sluice_service::process`, which
+//! the tests share; what is the demo's own is stopping gracefully (also when
+//! dropped) and the histogram arithmetic of the live view.
 
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-/// A free local port (bound, then released for the child to take).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_or(0, |a| a.port())
-}
+use sluice_service::process::{Spawned, http_get};
 
-/// One running process.
+/// One running process; dropping it stops it (SIGTERM, SIGKILL after 10 s).
 #[derive(Debug)]
 pub struct Proc {
     pub name: String,
     pub admin_port: u16,
-    child: Option<Child>,
+    process: Spawned,
 }
 
 /// Where the binaries are: next to this one (`cargo build` puts every
@@ -43,73 +42,42 @@ impl Proc {
         admin_port: u16,
         logs: &Path,
     ) -> anyhow::Result<Self> {
-        let log = std::fs::File::create(logs.join(format!("{name}.log")))?;
         let mut cmd = Command::new(binary);
-        cmd.args(args).env("SLUICE_LOG_FORMAT", "plain").env("SLUICE_LOG", "info");
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log).spawn()?;
-        Ok(Self { name: name.into(), admin_port, child: Some(child) })
+        cmd.args(args)
+            .env("SLUICE_LOG_FORMAT", "plain")
+            .env("SLUICE_LOG", "info")
+            .envs(env.iter().map(|(k, v)| (k, v)));
+        let process = Spawned::spawn(&mut cmd, logs.join(format!("{name}.log")))?;
+        Ok(Self { name: name.into(), admin_port, process })
     }
 
     pub fn is_running(&mut self) -> bool {
-        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+        self.process.is_running()
     }
 
     /// Sends SIGTERM (the process starts its shutdown).
     pub fn terminate(&self) {
-        if let Some(child) = &self.child {
-            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
-        }
+        // One that already exited has nothing to shut down.
+        let _ = self.process.signal("TERM");
     }
 
     /// SIGTERM, then SIGKILL after `limit`; returns the exit code if clean.
     pub fn stop(&mut self, limit: Duration) -> Option<i32> {
-        self.terminate();
-        let mut child = self.child.take()?;
-        let started = Instant::now();
-        loop {
-            if let Ok(Some(status)) = child.try_wait() {
-                return status.code();
-            }
-            if started.elapsed() > limit {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.process.terminate(limit).0
     }
 
     /// The admin port's `/metrics` text, or empty when it does not answer.
     pub fn metrics(&self) -> String {
-        scrape(self.admin_port, "/metrics").unwrap_or_default()
+        http_get(self.admin_port, "/metrics").map(|(_, body)| body).unwrap_or_default()
     }
 }
 
 impl Drop for Proc {
     fn drop(&mut self) {
+        // Gracefully, unlike `Spawned`'s own drop (a kill): a processor gets to
+        // commit and the ingest to write its cursor, as on a pod's deletion.
         self.stop(Duration::from_secs(10));
     }
-}
-
-/// `GET path` on a local port (HTTP/1.0): the body.
-pub fn scrape(port: u16, path: &str) -> Option<String> {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    response.split_once("\r\n\r\n").map(|(_, body)| body.to_string())
-}
-
-/// The sum of a metric's samples whose labels contain `labels`.
-pub fn sum(text: &str, name: &str, labels: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']) && l.contains(labels))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 /// Cumulative histogram buckets of `name` summed over every text and
@@ -160,11 +128,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sums_and_quantiles_from_the_text_format() {
-        let text = "# HELP x\nm_total{outcome=\"ok\"} 5\nm_total{outcome=\"dlq\"} 2\nm_totalx 9\n\
-                    h_bucket{le=\"0.1\"} 90\nh_bucket{le=\"1\"} 99\nh_bucket{le=\"+Inf\"} 100\n";
-        assert_eq!(sum(text, "m_total", ""), 7.0);
-        assert_eq!(sum(text, "m_total", "outcome=\"ok\""), 5.0);
+    fn buckets_and_quantiles_from_the_text_format() {
+        let text = "# HELP x\nm_total{outcome=\"ok\"} 5\nh_bucket{le=\"0.1\"} 90\nh_bucket{le=\"1\"} 99\n\
+                    h_bucket{le=\"+Inf\"} 100\n";
         let after = buckets([text, text], "h");
         assert_eq!(after, vec![(0.1, 180.0), (1.0, 198.0), (f64::INFINITY, 200.0)]);
         assert_eq!(quantile(&[], &after, 0.5), Some(0.1));

@@ -6,23 +6,21 @@
 //! transaction is missing.
 
 use std::collections::{HashMap, HashSet};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use prost::Message;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use sluice_chainsim::server::{ChainNode, ServerOptions};
 use sluice_chainsim::{Chain, ChainConfig};
+use sluice_core::clock::now_ms;
 use sluice_core::route::record_keys;
 use sluice_kafka::{KafkaConfig, TopicSpec, ensure_topics};
 use sluice_proto::chain::v1::ChainTransaction;
+use sluice_testkit::process::Spawned;
 use sluice_testkit::{free_port, http_get};
 
 const PARTITIONS: i32 = 6;
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
-}
 
 /// A metric of the instance on `port`; NaN when it does not answer (every
 /// comparison with it then fails).
@@ -62,17 +60,18 @@ async fn setup(name: &str, cut_streams_after: Option<u64>) -> Setup {
     Setup { kafka, topic, prefix: format!("{id}:"), chain, chain_url: format!("http://{addr}") }
 }
 
+/// An ingest instance: a real `sluice-ingest` process (killed when dropped).
 struct Ingest {
-    child: Option<Child>,
+    process: Spawned,
     admin: u16,
-    log: std::path::PathBuf,
 }
 
 impl Ingest {
     fn start(s: &Setup, name: &str) -> Self {
         let admin = free_port();
         let log = std::env::temp_dir().join(format!("{}{name}.log", s.prefix.trim_end_matches(':')));
-        let child = Command::new(env!("CARGO_BIN_EXE_sluice-ingest"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice-ingest"));
+        command
             .env("SLUICE_INGEST_KAFKA_BROKERS", &s.kafka.brokers)
             .env("SLUICE_INGEST_REDIS_URL", sluice_testkit::redis_url())
             .env("SLUICE_INGEST_REDIS_PREFIX", &s.prefix)
@@ -81,12 +80,8 @@ impl Ingest {
             .env("SLUICE_INGEST_INSTANCE_ID", name)
             .env("SLUICE_INGEST_LEASE_TTL_MS", "1500")
             .env("SLUICE_INGEST_ADMIN_LISTEN", format!("127.0.0.1:{admin}"))
-            .env("SLUICE_LOG_FORMAT", "plain")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log"))
-            .spawn()
-            .expect("starting sluice-ingest");
-        Self { child: Some(child), admin, log }
+            .env("SLUICE_LOG_FORMAT", "plain");
+        Self { process: Spawned::spawn(&mut command, log).expect("starting sluice-ingest"), admin }
     }
 
     fn active(&self) -> bool {
@@ -94,25 +89,15 @@ impl Ingest {
     }
 
     fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.process.kill();
     }
 
     fn terminate(&mut self) -> Option<i32> {
-        sluice_testkit::process::terminate(self.child.take()?, Duration::from_secs(30)).0
+        self.process.terminate(Duration::from_secs(30)).0
     }
 
     fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        text.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
-    }
-}
-
-impl Drop for Ingest {
-    fn drop(&mut self) {
-        self.kill();
+        self.process.log_tail(30)
     }
 }
 

@@ -25,6 +25,7 @@ use sluice_core::route::record_keys;
 use sluice_kafka::topics::TopicSpec;
 use sluice_kafka::{KafkaConfig, ensure_topics};
 use sluice_proto::dex::v1::Swap;
+use sluice_testkit::process::Spawned;
 use sluice_testkit::{consume, free_port, unique};
 
 /// Topics, group and key prefix of one scenario: nothing shared with others.
@@ -93,10 +94,10 @@ impl Scenario {
 
     /// Starts one processor process against another Redis URL.
     pub fn spawn_with_redis(&self, instance: &str, redis_url: &str) -> Processor {
-        let log = std::fs::File::create(self.logs.join(format!("{instance}.log"))).unwrap();
         let admin_port = free_port();
         self.admin_ports.lock().unwrap().push((instance.to_string(), admin_port));
-        let child = Command::new(env!("CARGO_BIN_EXE_processor"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_processor"));
+        command
             .env("SLUICE_PROCESSOR_KAFKA_BROKERS", &self.kafka.brokers)
             .env("SLUICE_PROCESSOR_REDIS_URL", redis_url)
             .env("SLUICE_PROCESSOR_GROUP_ID", &self.group)
@@ -112,12 +113,10 @@ impl Scenario {
             .env("SLUICE_PROCESSOR_DRAIN_DEADLINE_MS", "10000")
             .env("SLUICE_PROCESSOR_SHUTDOWN_DEADLINE_MS", "20000")
             .env("SLUICE_LOG_FORMAT", "plain")
-            .env("SLUICE_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
+            .env("SLUICE_LOG", "info");
+        let process = Spawned::spawn(&mut command, self.logs.join(format!("{instance}.log")))
             .expect("starting the processor binary");
-        Processor { child: Some(child), name: instance.to_string(), admin_port }
+        Processor { process, name: instance.to_string(), admin_port }
     }
 
     /// Sum over partitions of (committed offset, high watermark) for the group.
@@ -186,10 +185,9 @@ impl Scenario {
     }
 }
 
-/// A running processor process.
+/// A running processor process (killed when dropped).
 pub struct Processor {
-    /// `None` once stopped.
-    pub child: Option<Child>,
+    process: Spawned,
     pub name: String,
     pub admin_port: u16,
 }
@@ -201,30 +199,18 @@ impl Processor {
     }
 
     pub fn signal(&self, signal: &str) {
-        sluice_testkit::process::signal(self.child.as_ref().expect("running"), signal);
+        self.process.signal(signal).unwrap_or_else(|e| panic!("{}: {e}", self.name));
     }
 
     /// SIGTERM and wait for a clean exit (status 0) within 30 s.
     pub fn terminate(mut self) {
-        let child = self.child.take().expect("running");
-        let (code, took) = sluice_testkit::process::terminate(child, Duration::from_secs(30));
+        let (code, took) = self.process.terminate(Duration::from_secs(30));
         assert_eq!(code, Some(0), "{} after SIGTERM (None: still running after {took:?}, killed)", self.name);
     }
 
+    /// SIGKILL: no chance to commit or drain.
     pub fn kill(mut self) {
-        self.signal("KILL");
-        if let Some(mut child) = self.child.take() {
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for Processor {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.process.kill();
     }
 }
 

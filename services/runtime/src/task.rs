@@ -7,10 +7,11 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use futures_util::FutureExt;
 use rdkafka::message::{Header, OwnedHeaders};
+use sluice_core::clock::now_ms;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use crate::handler::{HandleError, Handled, Handler, Publish, Record};
@@ -72,10 +73,6 @@ async fn dead_letter<H>(
         .map_err(|e| HandleError::transient("kafka", e))?;
     shared.metrics.dead_letters.with_label_values(&[kind]).inc();
     Ok(())
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Failed attempts of one record, and whether it passed the retry cap.

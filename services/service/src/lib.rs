@@ -5,10 +5,14 @@
 //! - [`telemetry`]: tracing setup (JSON in containers, plain on a terminal).
 //! - [`admin`]: the admin HTTP server: `/live`, `/ready`, `/metrics`.
 //! - [`signal`]: SIGTERM / Ctrl-C as a future.
+//!
+//! And for the programs that run deployables as child processes (the demo,
+//! the integration tests): [`process`].
 
 #![forbid(unsafe_code)]
 
 pub mod admin;
 pub mod env;
+pub mod process;
 pub mod signal;
 pub mod telemetry;

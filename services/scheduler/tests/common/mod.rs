@@ -5,21 +5,19 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use sluice_chainsim::server::{ChainNode, ServerOptions};
 use sluice_chainsim::{Chain, ChainConfig};
+pub use sluice_core::clock::now_ms;
 use sluice_proto::chain::v1::chain_client::ChainClient;
 use sluice_proto::chain::v1::{GetPoolRequest, ListPoolsRequest};
 use sluice_proto::dex::v1::PoolInfo;
 use sluice_scheduler::store::{RunRecord, Store};
+use sluice_testkit::process::{Spawned, log_tail, wait_ready};
 pub use sluice_testkit::{free_port, http_get};
 use tonic::transport::Channel;
-
-pub fn now_ms() -> i64 {
-    sluice_scheduler::store::now_ms()
-}
 
 /// A chain node serving in this process.
 pub struct TestChain {
@@ -155,13 +153,16 @@ pub async fn store(prefix: &str) -> Store {
     Store::new(conn, prefix, 100_000, Duration::from_secs(3600))
 }
 
-/// A scheduler replica: a real `sluice-scheduler` process.
+/// A scheduler replica: a real `sluice-scheduler` process, which can be
+/// killed and started again under the same name, ports and log.
 pub struct Replica {
     pub name: String,
     env: Vec<(String, String)>,
     pub admin_port: u16,
     pub grpc_port: u16,
-    child: Option<Child>,
+    /// `None` until started and once killed or terminated (even if it crashed:
+    /// `terminate` then reports the crash).
+    process: Option<Spawned>,
     log: PathBuf,
 }
 
@@ -180,95 +181,73 @@ impl Replica {
         ];
         all.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let log = std::env::temp_dir().join(format!("{}-{name}.log", prefix.trim_end_matches(':')));
-        Self { name: name.into(), env: all, admin_port, grpc_port, child: None, log }
+        Self { name: name.into(), env: all, admin_port, grpc_port, process: None, log }
     }
 
+    /// Starts the process; its log is appended to, so it keeps earlier runs.
     pub fn start(&mut self) {
-        assert!(self.child.is_none(), "{} already running", self.name);
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("log file");
+        assert!(self.process.is_none(), "{} already running", self.name);
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice-scheduler"));
         cmd.env("SLUICE_LOG_FORMAT", "plain").env("SLUICE_LOG", "info,sluice_scheduler=debug");
-        for (k, v) in &self.env {
-            cmd.env(format!("SLUICE_SCHEDULER_{k}"), v);
-        }
-        let child = cmd.stdout(Stdio::null()).stderr(log).spawn().expect("starting sluice-scheduler");
-        self.child = Some(child);
+        cmd.envs(self.env.iter().map(|(k, v)| (format!("SLUICE_SCHEDULER_{k}"), v)));
+        self.process = Some(Spawned::spawn(&mut cmd, &self.log).expect("starting sluice-scheduler"));
     }
 
     pub fn is_running(&self) -> bool {
-        self.child.is_some()
+        self.process.is_some()
+    }
+
+    fn running(&self) -> &Spawned {
+        self.process.as_ref().unwrap_or_else(|| panic!("{} is not running", self.name))
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().expect("running").id()
-    }
-
-    fn signal(&self, signal: &str) {
-        sluice_testkit::process::signal(self.child.as_ref().expect("running"), signal);
+        self.running().pid()
     }
 
     /// SIGKILL: no chance to release anything.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+        if let Some(mut process) = self.process.take() {
+            process.kill();
         }
     }
 
     pub fn pause(&self) {
-        self.signal("STOP");
+        self.running().pause().unwrap_or_else(|e| panic!("{}: {e}", self.name));
     }
 
     pub fn resume(&self) {
-        self.signal("CONT");
+        self.running().resume().unwrap_or_else(|e| panic!("{}: {e}", self.name));
     }
 
     /// SIGTERM and wait for the exit; the exit status and how long it took.
     pub fn terminate(&mut self, limit: Duration) -> (Option<i32>, Duration) {
-        match self.child.take() {
-            Some(child) => sluice_testkit::process::terminate(child, limit),
+        match self.process.take() {
+            Some(mut process) => process.terminate(limit),
             None => (None, Duration::ZERO),
         }
     }
 
     /// Waits until `/ready` answers 200.
     pub async fn wait_ready(&self, limit: Duration) {
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if http_get(self.admin_port, "/ready").is_some_and(|(code, _)| code == 200) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        if !wait_ready(self.admin_port, limit).await {
+            panic!("{} not ready within {limit:?}; log:\n{}", self.name, self.log_tail());
         }
-        panic!("{} not ready within {limit:?}; log:\n{}", self.name, self.log_tail());
     }
 
     /// A metric's value summed over series whose labels contain `labels`.
     pub fn metric(&self, name: &str, labels: &str) -> f64 {
         let (_, body) = http_get(self.admin_port, "/metrics").unwrap_or_else(|| panic!("{} /metrics", self.name));
-        body.lines()
-            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']) && l.contains(labels))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+        sluice_testkit::metric(&body, name, labels)
     }
 
+    /// The last 40 lines of its log (of every run), also once it is stopped.
     pub fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
+        log_tail(&self.log, 40)
     }
 
     pub fn grpc_url(&self) -> String {
         format!("http://127.0.0.1:{}", self.grpc_port)
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        if let Some(child) = &self.child {
-            let _ = Command::new("kill").arg("-CONT").arg(child.id().to_string()).status();
-        }
-        self.kill();
     }
 }
 
