@@ -1,11 +1,28 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh clone: installs and starts what the tests need (a real
+# shellcheck disable=SC2317 # the parts are functions that run_part calls through "$@"
+# The test suite, from a fresh clone: installs and starts what the tests need (a real
 # Kafka and a real Redis, on ports of their own so they never collide with a demo stack),
-# runs every test of the workspace against them, and stops them again. Also: a smoke run of
-# every benchmark and of the demo, and the chart, alert and dashboard checks with the real
-# helm and promtool (tools.sh fetches them, and the CRDs, once into ~/.cache/sluice/tools).
+# runs the tests against them, and stops them again. Besides the workspace's tests: the
+# formatting and architecture checks, a smoke run of every benchmark and of the demo, and
+# the chart, alert and dashboard checks with the real helm, promtool and Prometheus
+# (tools.sh fetches them, and the CRDs, once into ~/.cache/sluice/tools).
 #
-# Usage: deploy/local/test.sh [extra cargo test args, e.g. -p sluice-core]
+# Usage: deploy/local/test.sh [PART [ARGS…]]
+#   (no part)      every part, cheapest first: static, unit, then with the stack bench-smoke,
+#                  chart (with the demo smoke), integration. A failing part does not stop
+#                  the others; the run fails if any part failed. CI runs this.
+#   static         formatting and the architecture invariants (ARCHITECTURE.md)
+#   unit           the tests that need no stack, with its variables unset: every library's
+#                  and binary's unit tests and the doc tests; the examples must build
+#   integration    every integration test (tests/*.rs) against the stack
+#   cargo [ARGS…]  cargo test ARGS against the stack, e.g. cargo -p sluice-core, or
+#                  cargo -p sluice-scheduler --test policies; no ARGS: every test
+#   bench-smoke    a short run of every benchmark (loose bounds), tables and plots rendered
+#   demo-smoke     the whole system for 20 s, scraped by a real Prometheus with deploy/'s rules
+#   chart          the chart, alert and dashboard checks; runs the demo smoke first (they
+#                  read its scrapes and query its Prometheus)
+# Only the parts that need the stack start it; it is stopped on exit. The run ends with
+# each part's outcome and, after cargo tests, "summary: N passed, M failed" over all binaries.
 #
 # Environment:
 #   SLUICE_TEST_STACK_DIR   <repo>/.stack/test   the test stack's data and logs
@@ -23,24 +40,58 @@ cd "$REPO_ROOT"
 say() { printf '\n== %s\n' "$*"; }
 die() { printf 'test.sh: error: %s\n' "$*" >&2; exit 1; }
 
-command -v cargo >/dev/null || die "cargo is not installed (the Rust toolchain is a prerequisite)"
-command -v java >/dev/null || die "java is not installed (Java 17 runs the Kafka broker)"
-for tool in cc make perl; do
-  command -v "$tool" >/dev/null || die "$tool is missing: librdkafka is built from source and needs a C toolchain"
-done
-"$HERE/tools.sh" build-deps
+usage() {
+  sed -n '/^# Usage:/,/^# each part/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
+  exit 2
+}
 
 export SLUICE_STACK_DIR=${SLUICE_TEST_STACK_DIR:-$REPO_ROOT/.stack/test}
 export SLUICE_KAFKA_PORT=${SLUICE_TEST_KAFKA_PORT:-19092}
 export SLUICE_KAFKA_CONTROLLER_PORT=$((SLUICE_KAFKA_PORT + 1))
 export SLUICE_REDIS_PORT=${SLUICE_TEST_REDIS_PORT:-16379}
 PROMETHEUS_PORT=${SLUICE_TEST_PROMETHEUS_PORT:-19190}
+LOGS="$SLUICE_STACK_DIR/logs"
+STACK_ENV=(SLUICE_KAFKA_BROKERS SLUICE_REDIS_URL SLUICE_KAFKA_SECURE_BROKERS SLUICE_KAFKA_SECURE_CA
+  SLUICE_KAFKA_SECURE_USERNAME SLUICE_KAFKA_SECURE_PASSWORD)
 
-stop_prometheus() {
-  local pid
-  pid=$(cat "$SLUICE_STACK_DIR/prometheus/pid" 2>/dev/null) || return 0
-  kill "$pid" 2>/dev/null && timeout 20 tail --pid="$pid" -f /dev/null || kill -9 "$pid" 2>/dev/null || true
-  rm -f "$SLUICE_STACK_DIR/prometheus/pid"
+# --- prerequisites -------------------------------------------------------------------
+
+need_cargo() {
+  command -v cargo >/dev/null || die "cargo is not installed (the Rust toolchain is a prerequisite)"
+}
+
+need_build() {
+  local tool
+  for tool in cc make perl; do
+    command -v "$tool" >/dev/null || die "$tool is missing: librdkafka is built from source and needs a C toolchain"
+  done
+  "$HERE/tools.sh" build-deps
+}
+
+need_java() {
+  command -v java >/dev/null || die "java is not installed (Java 17 runs the Kafka broker)"
+}
+
+# --- the stack and the demo smoke's Prometheus ----------------------------------------
+
+STACK_STARTED=""
+
+# Starts the stack and exports where it is; if it does not start, the run ends (every part
+# after this needs it) with what ran so far.
+start_stack() {
+  say "starting the test stack (real Kafka + Redis)"
+  STACK_STARTED=1
+  trap stop_stack EXIT
+  local env=""
+  if ! "$HERE/stack.sh" up || ! env=$("$HERE/stack.sh" env); then
+    printf 'test.sh: error: the test stack did not start; see %s/\n' "$LOGS" >&2
+    RESULTS+=("$(printf '%-12s %-6s' stack FAILED)")
+    FAILED+=(stack)
+    STATUS=1
+    finish
+  fi
+  eval "$env"
+  export "${STACK_ENV[@]}"
 }
 
 stop_stack() {
@@ -53,113 +104,265 @@ stop_stack() {
   fi
 }
 
-say "starting the test stack (real Kafka + Redis)"
-trap stop_stack EXIT
-"$HERE/stack.sh" up || die "the test stack did not start; see $SLUICE_STACK_DIR/logs/"
-eval "$("$HERE/stack.sh" env)"
-export SLUICE_KAFKA_BROKERS SLUICE_REDIS_URL SLUICE_KAFKA_SECURE_BROKERS SLUICE_KAFKA_SECURE_CA SLUICE_KAFKA_SECURE_USERNAME SLUICE_KAFKA_SECURE_PASSWORD
-
-say "checking formatting"
-cargo fmt --all --check || die "code is not formatted: run cargo fmt --all"
-
-say "checking architecture invariants (ARCHITECTURE.md)"
-core_deps=$(cargo tree --locked -p sluice-core -e normal --prefix none)
-if io=$(grep -E '^(tokio|rdkafka|redis|tonic|hyper|axum) ' <<<"$core_deps"); then
-  die "sluice-core must do no IO, but depends on: $(tr '\n' ' ' <<<"$io")"
-fi
-echo "sluice-core depends on no IO crate"
-processor_deps=$(cargo tree --locked -p sluice-processor -e normal --prefix none)
-if sched=$(grep -E '^(tokio-cron-scheduler|sluice-scheduler|cron|croner) ' <<<"$processor_deps"); then
-  die "the processor must contain no scheduled work, but depends on: $(tr '\n' ' ' <<<"$sched")"
-fi
-echo "sluice-processor depends on no scheduling crate"
-if cargo tree --locked -p sluice-scheduler -e normal --prefix none | grep -qE '^(rdkafka|sluice-runtime) '; then
-  die "the scheduler must not link the Kafka runtime (use sluice-dex without its handler feature)"
-fi
-echo "sluice-scheduler links no Kafka client"
-if cargo tree --locked -p sluice-runtime -e normal --prefix none | grep -qE '^sluice-(dex|chainsim) '; then
-  die "the runtime must stay workload-agnostic: sluice-runtime depends on a workload crate"
-fi
-echo "sluice-runtime depends on no workload"
-
-say "benchmark smoke (short runs with loose bounds: they catch rot and gross regressions, not performance)"
-smoke_out=$(mktemp -d)
-# Progress lines go to a log, shown when a run fails.
-bench() {
-  cargo run --locked -q -p sluice-benches --bin sluice-bench -- --out "$smoke_out" "$@" 2>"$smoke_out/stderr" || {
-    tail -n 25 "$smoke_out/stderr" >&2
-    die "benchmark smoke failed: sluice-bench $*"
-  }
+prometheus_ready() {
+  python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
+    "http://127.0.0.1:$PROMETHEUS_PORT/-/ready" 2>/dev/null
 }
-bench chain --transactions 20000 >/dev/null
-bench stress --seconds 2 --transactions 5000 --max-p99-us 50000
-bench stress --mode full --seconds 3 --transactions 3000 --rate 1000 --max-p99-us 5000000
-bench drain --transactions 1500 --instances 1,2 --partitions 4 --io-ms 5 --concurrency 4 --min-speedup 1.3
-bench contention --seconds 0.2 --max-p99-us 2000
-bench barrier --base-ms 5 --slow-factor 20 --window-seconds 2 --warmup-seconds 0.5 --min-utilization 0.8
-say "rendering the smoke results (tables and plots, into a temporary copy)"
-"$HERE/results.sh" --check --results "$smoke_out"
 
-say "demo smoke: the whole system (chainsim, ingest x2, scheduler x2, autoscaled processors) for 20 s; must PASS"
-cargo build --locked -q --bins
-rm -rf "$SLUICE_STACK_DIR/scrapes" "$SLUICE_STACK_DIR/prometheus"
-mkdir -p "$SLUICE_STACK_DIR/scrapes" "$SLUICE_STACK_DIR/prometheus"
-# A real Prometheus scrapes the demo's services (file-based discovery the demo keeps
-# current) every second and evaluates deploy/'s rules; the chart checks query it.
-cat >"$SLUICE_STACK_DIR/prometheus/prometheus.yml" <<PROM
+# A real Prometheus that scrapes the demo's services (file-based discovery the demo keeps
+# current, in $SLUICE_STACK_DIR/scrapes) every second and evaluates deploy/'s rules; the
+# chart checks query it. Sets SCRAPE_SINCE.
+start_prometheus() {
+  local prometheus
+  prometheus=$("$HERE/tools.sh" prometheus)
+  rm -rf "$SLUICE_STACK_DIR/scrapes" "$SLUICE_STACK_DIR/prometheus"
+  mkdir -p "$SLUICE_STACK_DIR/scrapes" "$SLUICE_STACK_DIR/prometheus"
+  cat >"$SLUICE_STACK_DIR/prometheus/prometheus.yml" <<PROM
 global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}
 rule_files: ["$REPO_ROOT/deploy/prometheus/sluice-rules.yaml"]
 scrape_configs:
   - job_name: sluice
     file_sd_configs: [{files: ["$SLUICE_STACK_DIR/scrapes/targets.json"], refresh_interval: 1s}]
 PROM
-(exec "$("$HERE/tools.sh" prometheus)" --config.file="$SLUICE_STACK_DIR/prometheus/prometheus.yml" \
-  --storage.tsdb.path="$SLUICE_STACK_DIR/prometheus/data" --web.listen-address="127.0.0.1:$PROMETHEUS_PORT" \
-  --log.level=warn </dev/null >"$SLUICE_STACK_DIR/logs/prometheus.log" 2>&1) &
-echo $! >"$SLUICE_STACK_DIR/prometheus/pid"
-prometheus_ready() {
-  python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
-    "http://127.0.0.1:$PROMETHEUS_PORT/-/ready" 2>/dev/null
+  (exec "$prometheus" --config.file="$SLUICE_STACK_DIR/prometheus/prometheus.yml" \
+    --storage.tsdb.path="$SLUICE_STACK_DIR/prometheus/data" --web.listen-address="127.0.0.1:$PROMETHEUS_PORT" \
+    --log.level=warn </dev/null >"$LOGS/prometheus.log" 2>&1) &
+  echo $! >"$SLUICE_STACK_DIR/prometheus/pid"
+  for _ in $(seq 100); do prometheus_ready && break; sleep 0.2; done
+  prometheus_ready || die "prometheus did not start on 127.0.0.1:$PROMETHEUS_PORT (log: $LOGS/prometheus.log)"
+  SCRAPE_SINCE=$(date +%s)
 }
-for _ in $(seq 100); do prometheus_ready && break; sleep 0.2; done
-prometheus_ready || die "prometheus did not start on 127.0.0.1:$PROMETHEUS_PORT (log: $SLUICE_STACK_DIR/logs/prometheus.log)"
-scrape_since=$(date +%s)
-target_dir=$(cargo metadata --locked --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-"$target_dir/debug/sluice-demo" --seconds 20 --rate 300 --max-processors 2 --lag-threshold 300 --sync-seconds 2 \
-  --scale-down-window-seconds 6 --out "$smoke_out/demo" --logs "$smoke_out/demo-logs" \
-  --scrapes "$SLUICE_STACK_DIR/scrapes" >"$smoke_out/demo.out" 2>&1 || {
-  tail -n 40 "$smoke_out/demo.out" >&2
-  die "the demo smoke failed (logs: $smoke_out/demo-logs)"
-}
-tail -n 14 "$smoke_out/demo.out"
-"$HERE/results.sh" --demo-plot "$smoke_out/demo/latest.json" "$smoke_out/demo/plot.png"
-rm -rf "$smoke_out"
 
-say "the Helm chart with the real helm, the alerts with the real promtool, deploy/ against the chart"
-helm_bin=$("$HERE/tools.sh" helm)
-tools_python=$("$HERE/tools.sh" python)
-promtool=$("$HERE/tools.sh" promtool)
-"$HERE/../render.sh" --check
-"$tools_python" "$REPO_ROOT/helm/tests/test_chart.py" --helm "$helm_bin" --promtool "$promtool" \
-  --crds "$("$HERE/tools.sh" keda-crds)" --crds "$("$HERE/tools.sh" monitoring-crds)" \
-  --scrapes "$SLUICE_STACK_DIR/scrapes" --prometheus "http://127.0.0.1:$PROMETHEUS_PORT" --since "$scrape_since" \
-  >"$SLUICE_STACK_DIR/logs/chart.log" 2>&1 || {
-  grep -E '^FAIL' -A3 "$SLUICE_STACK_DIR/logs/chart.log" >&2
-  die "chart checks failed (log: $SLUICE_STACK_DIR/logs/chart.log)"
+stop_prometheus() {
+  local pid
+  pid=$(cat "$SLUICE_STACK_DIR/prometheus/pid" 2>/dev/null) || return 0
+  kill "$pid" 2>/dev/null && timeout 20 tail --pid="$pid" -f /dev/null || kill -9 "$pid" 2>/dev/null || true
+  rm -f "$SLUICE_STACK_DIR/prometheus/pid"
 }
-tail -n 1 "$SLUICE_STACK_DIR/logs/chart.log"
-stop_prometheus
 
-say "building and running every test (Kafka $SLUICE_KAFKA_BROKERS, Redis $SLUICE_REDIS_URL)"
+# --- the parts ------------------------------------------------------------------------
+
+part_static() {
+  say "checking formatting"
+  cargo fmt --all --check || die "code is not formatted: run cargo fmt --all"
+
+  say "checking architecture invariants (ARCHITECTURE.md)"
+  local core_deps processor_deps io sched
+  core_deps=$(cargo tree --locked -p sluice-core -e normal --prefix none)
+  if io=$(grep -E '^(tokio|rdkafka|redis|tonic|hyper|axum) ' <<<"$core_deps"); then
+    die "sluice-core must do no IO, but depends on: $(tr '\n' ' ' <<<"$io")"
+  fi
+  echo "sluice-core depends on no IO crate"
+  processor_deps=$(cargo tree --locked -p sluice-processor -e normal --prefix none)
+  if sched=$(grep -E '^(tokio-cron-scheduler|sluice-scheduler|cron|croner) ' <<<"$processor_deps"); then
+    die "the processor must contain no scheduled work, but depends on: $(tr '\n' ' ' <<<"$sched")"
+  fi
+  echo "sluice-processor depends on no scheduling crate"
+  if cargo tree --locked -p sluice-scheduler -e normal --prefix none | grep -qE '^(rdkafka|sluice-runtime) '; then
+    die "the scheduler must not link the Kafka runtime (use sluice-dex without its handler feature)"
+  fi
+  echo "sluice-scheduler links no Kafka client"
+  if cargo tree --locked -p sluice-runtime -e normal --prefix none | grep -qE '^sluice-(dex|chainsim) '; then
+    die "the runtime must stay workload-agnostic: sluice-runtime depends on a workload crate"
+  fi
+  echo "sluice-runtime depends on no workload"
+}
+
+# cargo test, its output also in LOG (the summary reads every $LOGS/cargo-*.log).
 # Two tests at a time per test binary: the machine has two cores and the broker needs some.
+cargo_test() { # log [cargo test args…] [-- test binary args…]
+  local log=$1 args=() test_args=() threads=(--test-threads=2)
+  shift
+  while (($#)); do
+    if [[ $1 == -- ]]; then
+      shift
+      test_args=("$@")
+      break
+    fi
+    args+=("$1")
+    shift
+  done
+  if [[ " ${test_args[*]} " == *" --test-threads"* ]]; then threads=(); fi
+  cargo test --locked "${args[@]}" -- "${threads[@]}" "${test_args[@]}" 2>&1 | tee -a "$log"
+}
 
-test_log="$SLUICE_STACK_DIR/logs/cargo-test.log"
-mkdir -p "$(dirname "$test_log")"
-rc=0
-cargo test --workspace --locked "$@" -- --test-threads=2 2>&1 | tee "$test_log" || rc=$?
-trap - EXIT
-stop_stack
-# One closing line over every test binary (cargo prints one result line per binary).
-awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed;/) p += $i; if ($(i+1) ~ /^failed;/) f += $i } }
-     END { printf "\nsummary: %d passed, %d failed\n", p, f }' "$test_log"
-exit "$rc"
+# The unit tests need no stack: they run with its variables unset, so one that needs it fails.
+part_unit() {
+  local log="$LOGS/cargo-unit.log" rc=0
+  unset "${STACK_ENV[@]}"
+  say "building and running the unit tests of every library and binary (no stack)"
+  cargo_test "$log" --workspace --lib --bins || rc=$?
+  say "running the doc tests"
+  cargo_test "$log" --workspace --doc || rc=$?
+  say "building the examples"
+  cargo build --locked -q --workspace --examples || rc=$?
+  ((rc == 0)) || die "unit tests failed (log: $log)"
+}
+
+part_integration() {
+  say "building and running every integration test (Kafka $SLUICE_KAFKA_BROKERS, Redis $SLUICE_REDIS_URL)"
+  cargo_test "$LOGS/cargo-test.log" --workspace --test '*' || die "integration tests failed (log: $LOGS/cargo-test.log)"
+}
+
+# cargo test ARGS; --workspace unless ARGS select packages (cargo ignores -p beside --workspace).
+part_cargo() { # [cargo test args…]
+  local arg workspace=(--workspace)
+  for arg in "$@"; do
+    [[ $arg == -- ]] && break
+    case $arg in -p | -p?* | --package | --package=*) workspace=() ;; esac
+  done
+  say "building and running cargo test ${workspace[*]} $* (Kafka $SLUICE_KAFKA_BROKERS, Redis $SLUICE_REDIS_URL)"
+  cargo_test "$LOGS/cargo-test.log" "${workspace[@]}" "$@" || die "cargo test failed (log: $LOGS/cargo-test.log)"
+}
+
+part_bench_smoke() {
+  say "benchmark smoke (short runs with loose bounds: they catch rot and gross regressions, not performance)"
+  local out
+  out=$(mktemp -d)
+  # Progress lines go to a log, shown when a run fails.
+  bench() {
+    cargo run --locked -q -p sluice-benches --bin sluice-bench -- --out "$out" "$@" 2>"$out/stderr" || {
+      tail -n 25 "$out/stderr" >&2
+      die "benchmark smoke failed: sluice-bench $*"
+    }
+  }
+  bench chain --transactions 20000 >/dev/null
+  bench stress --seconds 2 --transactions 5000 --max-p99-us 50000
+  bench stress --mode full --seconds 3 --transactions 3000 --rate 1000 --max-p99-us 5000000
+  bench drain --transactions 1500 --instances 1,2 --partitions 4 --io-ms 5 --concurrency 4 --min-speedup 1.3
+  bench contention --seconds 0.2 --max-p99-us 2000
+  bench barrier --base-ms 5 --slow-factor 20 --window-seconds 2 --warmup-seconds 0.5 --min-utilization 0.8
+  say "rendering the smoke results (tables and plots, into a temporary copy)"
+  "$HERE/results.sh" --check --results "$out"
+  rm -rf "$out"
+}
+
+# The demo smoke, scraped by start_prometheus's Prometheus, which it leaves running.
+demo_smoke() {
+  say "demo smoke: the whole system (chainsim, ingest x2, scheduler x2, autoscaled processors) for 20 s; must PASS"
+  local out target_dir
+  cargo build --locked -q --bins
+  out=$(mktemp -d)
+  start_prometheus
+  target_dir=$(cargo metadata --locked --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+  "$target_dir/debug/sluice-demo" --seconds 20 --rate 300 --max-processors 2 --lag-threshold 300 --sync-seconds 2 \
+    --scale-down-window-seconds 6 --out "$out/demo" --logs "$out/demo-logs" \
+    --scrapes "$SLUICE_STACK_DIR/scrapes" >"$out/demo.out" 2>&1 || {
+    tail -n 40 "$out/demo.out" >&2
+    die "the demo smoke failed (logs: $out/demo-logs)"
+  }
+  tail -n 14 "$out/demo.out"
+  "$HERE/results.sh" --demo-plot "$out/demo/latest.json" "$out/demo/plot.png"
+  rm -rf "$out"
+}
+
+part_demo_smoke() {
+  demo_smoke
+  stop_prometheus
+}
+
+# test_chart.py checks the demo smoke's scrapes and queries its Prometheus, so the smoke
+# runs first (after the checks that need neither).
+part_chart() {
+  say "the Helm chart with the real helm, the alerts with the real promtool, deploy/ against the chart"
+  local helm_bin tools_python promtool keda_crds monitoring_crds log="$LOGS/chart.log"
+  helm_bin=$("$HERE/tools.sh" helm)
+  tools_python=$("$HERE/tools.sh" python)
+  promtool=$("$HERE/tools.sh" promtool)
+  keda_crds=$("$HERE/tools.sh" keda-crds)
+  monitoring_crds=$("$HERE/tools.sh" monitoring-crds)
+  "$HERE/../render.sh" --check
+  demo_smoke
+  say "the chart checks against the demo smoke's scrapes and its Prometheus"
+  "$tools_python" "$REPO_ROOT/helm/tests/test_chart.py" --helm "$helm_bin" --promtool "$promtool" \
+    --crds "$keda_crds" --crds "$monitoring_crds" \
+    --scrapes "$SLUICE_STACK_DIR/scrapes" --prometheus "http://127.0.0.1:$PROMETHEUS_PORT" --since "$SCRAPE_SINCE" \
+    >"$log" 2>&1 || {
+    grep -E '^FAIL' -A3 "$log" >&2
+    die "chart checks failed (log: $log)"
+  }
+  tail -n 1 "$log"
+  stop_prometheus
+}
+
+# --- running them ---------------------------------------------------------------------
+
+RESULTS=() FAILED=() STATUS=0
+# Ctrl-C ends the run, not just the part (a program that handles SIGINT exits normally, and
+# the part with it); the EXIT trap stops the stack.
+trap 'printf "\ntest.sh: interrupted\n" >&2; exit 130' INT
+trap 'printf "\ntest.sh: terminated\n" >&2; exit 143' TERM
+
+# Runs a part in a subshell (its `die` ends the part, not the run) and records the outcome.
+run_part() { # name function [args…]
+  local name=$1 start=$SECONDS rc=0
+  shift
+  set +e
+  (
+    set -e
+    "$@"
+  )
+  rc=$?
+  set -e
+  RESULTS+=("$(printf '%-12s %-6s %5d s' "$name" "$( ((rc == 0)) && echo ok || echo FAILED)" $((SECONDS - start)))")
+  if ((rc != 0)); then
+    FAILED+=("$name")
+    STATUS=$rc
+  fi
+}
+
+# Stops the stack, lists the parts, and closes with one line over every cargo test binary.
+finish() {
+  if [[ -n $STACK_STARTED ]]; then
+    trap - EXIT
+    stop_stack
+  fi
+  say "results"
+  printf '%s\n' "${RESULTS[@]}"
+  ((${#FAILED[@]} == 0)) || printf 'failed: %s\n' "${FAILED[*]}"
+  local logs=("$LOGS"/cargo-*.log)
+  if [[ -f ${logs[0]} ]]; then
+    awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed;/) p += $i; if ($(i+1) ~ /^failed;/) f += $i } }
+         END { printf "\nsummary: %d passed, %d failed\n", p, f }' "${logs[@]}"
+  fi
+  exit "$STATUS"
+}
+
+part=${1:-all}
+(($# == 0)) || shift
+case $part in
+  all | static | unit | integration | bench-smoke | demo-smoke | chart) (($# == 0)) || usage ;;
+  cargo) ;;
+  *)
+    printf 'test.sh: unknown part: %s\n' "$part" >&2
+    usage
+    ;;
+esac
+
+need_cargo
+[[ $part == static ]] || need_build
+case $part in integration | cargo | bench-smoke | demo-smoke | chart | all) need_java ;; esac
+mkdir -p "$LOGS"
+rm -f "$LOGS"/cargo-*.log
+
+case $part in
+  all)
+    run_part static part_static
+    run_part unit part_unit
+    start_stack
+    run_part bench-smoke part_bench_smoke
+    run_part chart part_chart
+    run_part integration part_integration
+    ;;
+  static) run_part static part_static ;;
+  unit) run_part unit part_unit ;;
+  cargo)
+    start_stack
+    run_part cargo part_cargo "$@"
+    ;;
+  *)
+    start_stack
+    run_part "$part" "part_${part//-/_}"
+    ;;
+esac
+finish
