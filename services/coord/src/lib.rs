@@ -18,10 +18,15 @@
 //! - a lease per role (the active ingest), renewed for as long as the
 //!   holder lives and released on shutdown.
 //!
+//! A holder keeps its claim alive with [`keeper::keep`], one rule for
+//! every holder: bounded renewal calls, given up at half the lease time.
+//!
 //! This is an efficiency-and-safety mechanism on one Redis primary, not a
 //! consensus protocol: what keeps correctness is the fenced write.
 
 #![forbid(unsafe_code)]
+
+pub mod keeper;
 
 use std::time::Duration;
 

@@ -8,7 +8,9 @@ use serde::Serialize;
 use sluice_core::pool::PoolState;
 use sluice_proto::chain::v1::chain_client::ChainClient;
 use sluice_proto::chain::v1::{GetPoolRequest, ListPoolsRequest};
+use sluice_scheduler::model::Outcome;
 use sluice_scheduler::store::Store;
+use sluice_scheduler::store::redis::RedisStore;
 use tonic::transport::Channel;
 
 /// One second of the run.
@@ -58,8 +60,11 @@ pub struct Settings {
 #[derive(Debug, Clone, Serialize)]
 pub struct JobRuns {
     pub job: String,
+    /// Ticks a run applied (its writes are the tick's effect, by the
+    /// scheduler's ledger) or ran to success.
     pub ticks_run: u64,
-    /// Ticks that succeeded more than once (must be 0).
+    /// Ticks whose effect more than one run applied, or that more than one
+    /// run succeeded (must be 0).
     pub ticks_run_twice: u64,
     pub ticks_missed: u64,
     pub ticks_skipped: u64,
@@ -188,17 +193,22 @@ pub async fn check(chain: &ChainClient<Channel>, redis_url: &str, prefix: &str) 
             (_, None) => anyhow::bail!("the ingest recorded no cursor: nothing reached Kafka"),
         }
     }
-    let store = Store::new(conn, prefix, 1_000_000, Duration::from_secs(3600));
+    let store = RedisStore::new(conn, prefix, 1_000_000, Duration::from_secs(3600));
     let mut jobs = Vec::new();
     for job in ["heartbeat", "token-refresh", "pool-reconcile"] {
         let runs = store.all_runs(job).await?;
-        let mut per_tick: BTreeMap<i64, u64> = BTreeMap::new();
+        // Per tick: (runs that applied its effect, runs that succeeded).
+        let mut per_tick: BTreeMap<i64, (u64, u64)> = BTreeMap::new();
         let (mut missed, mut skipped, mut drift) = (0, 0, 0);
         for r in runs.iter().filter(|r| !r.manual) {
-            match r.outcome.as_str() {
-                "succeeded" => *per_tick.entry(r.tick_ms).or_default() += 1,
-                "missed" => missed += r.ticks,
-                "skipped" => skipped += 1,
+            match r.outcome {
+                Outcome::Missed => missed += r.ticks,
+                Outcome::Skipped => skipped += 1,
+                _ if r.applied > 0 || r.outcome == Outcome::Succeeded => {
+                    let tick = per_tick.entry(r.tick_ms).or_default();
+                    tick.0 += u64::from(r.applied > 0);
+                    tick.1 += u64::from(r.outcome == Outcome::Succeeded);
+                }
                 _ => {}
             }
             drift += r.drift_found;
@@ -206,7 +216,7 @@ pub async fn check(chain: &ChainClient<Channel>, redis_url: &str, prefix: &str) 
         jobs.push(JobRuns {
             job: job.into(),
             ticks_run: per_tick.len() as u64,
-            ticks_run_twice: per_tick.values().filter(|n| **n > 1).count() as u64,
+            ticks_run_twice: per_tick.values().filter(|(applied, ok)| *applied > 1 || *ok > 1).count() as u64,
             ticks_missed: missed,
             ticks_skipped: skipped,
             drift_found: drift,

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use prost::Message;
 use sluice_coord::Claim;
+use sluice_coord::keeper::{self, Kept};
 use sluice_core::route::record_keys;
 use sluice_kafka::producer::Acked;
 use sluice_kafka::{PipelinedProducer, ProduceError};
@@ -60,6 +61,13 @@ async fn stopped(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await;
 }
 
+/// The keeper's verdict: `Some` once the lease must be given up.
+type Lost = watch::Receiver<Option<keeper::Lost>>;
+
+async fn lease_lost(rx: &mut Lost) {
+    let _ = rx.wait_for(Option::is_some).await;
+}
+
 impl Gateway {
     pub fn new(config: IngestConfig, store: Store, metrics: Metrics, chain: ChainClient<Channel>) -> Self {
         Self { config, store, metrics, chain }
@@ -73,10 +81,9 @@ impl Gateway {
             self.metrics.leases_acquired.inc();
             self.metrics.active.set(1);
             tracing::info!(instance = self.config.instance_id, token = claim.token, "Active: holding the ingest lease");
-            let (lost_tx, lost_rx) = watch::channel(false);
-            let renewer = tokio::spawn(self.clone().renew(claim.clone(), lost_tx));
-            let end = self.active(&claim, lost_rx, shutdown.clone()).await;
-            renewer.abort();
+            let kept = self.keep(&claim);
+            let end = self.active(&claim, kept.subscribe(), shutdown.clone()).await;
+            drop(kept);
             self.metrics.active.set(0);
             match end {
                 End::Shutdown => {
@@ -137,29 +144,22 @@ impl Gateway {
         }
     }
 
-    /// Renews the lease every third of its time; signals `lost` when refused,
-    /// or once half its time passed since the last renewal that surely
-    /// landed (timed from before the call), well before it can lapse.
-    async fn renew(self, claim: Claim, lost: watch::Sender<bool>) {
-        let ttl = self.config.lease_ttl;
-        let mut renewed_at = Instant::now();
-        loop {
-            tokio::time::sleep(ttl / 3).await;
-            let asked_at = Instant::now();
-            let mut conn = self.store.connection();
-            match tokio::time::timeout(ttl / 3, sluice_coord::renew(&mut conn, &claim, ttl)).await {
-                Ok(Ok(true)) => renewed_at = asked_at,
-                Ok(Ok(false)) => break,
-                Ok(Err(_)) | Err(_) => {
-                    self.metrics.errors.with_label_values(&["renew"]).inc();
-                    if renewed_at.elapsed() >= ttl / 2 {
-                        tracing::warn!("Lease not renewed for half its time: stopping before it can lapse");
-                        break;
-                    }
-                }
-            }
-        }
-        lost.send_replace(true);
+    /// Keeps the lease alive with the one rule every holder follows
+    /// ([`sluice_coord::keeper`]: bounded calls, given up at half the lease).
+    fn keep(&self, claim: &Claim) -> Kept {
+        let (store, renewed, ttl) = (self.store.clone(), claim.clone(), self.config.lease_ttl);
+        let metrics = self.metrics.clone();
+        keeper::keep(
+            ttl,
+            move || {
+                let (mut conn, claim) = (store.connection(), renewed.clone());
+                async move { sluice_coord::renew(&mut conn, &claim, ttl).await }
+            },
+            move |error| {
+                metrics.errors.with_label_values(&["renew"]).inc();
+                tracing::warn!(error, "Lease renewal failed");
+            },
+        )
     }
 
     /// Keeps the head and lag gauges current.
@@ -192,7 +192,7 @@ impl Gateway {
     }
 
     /// One active period, until shutdown, a lost lease or a failure.
-    async fn active(&self, claim: &Claim, mut lost: watch::Receiver<bool>, mut shutdown: watch::Receiver<bool>) -> End {
+    async fn active(&self, claim: &Claim, mut lost: Lost, mut shutdown: watch::Receiver<bool>) -> End {
         let (cursor, sent) = match self.store.position().await {
             Ok(p) => p,
             Err(e) => return End::Failed(format!("reading the cursor: {e}")),
@@ -226,7 +226,7 @@ impl Gateway {
             let mut chain = self.chain.clone();
             let opened = tokio::select! {
                 opened = chain.subscribe(SubscribeRequest { from_slot: from }) => opened,
-                () = stopped(&mut lost) => return End::LeaseLost,
+                () = lease_lost(&mut lost) => return End::LeaseLost,
                 () = stopped(&mut shutdown) => return self.drain(claim, &mut producer, &mut session).await,
             };
             match opened {
@@ -235,7 +235,7 @@ impl Gateway {
                     loop {
                         tokio::select! {
                             biased;
-                            () = stopped(&mut lost) => return End::LeaseLost,
+                            () = lease_lost(&mut lost) => return End::LeaseLost,
                             () = stopped(&mut shutdown) => return self.drain(claim, &mut producer, &mut session).await,
                             _ = tick.tick() => {
                                 let acked = match producer.poll_acked() {
@@ -266,7 +266,7 @@ impl Gateway {
                                         Ok(_) => {}
                                     }
                                     // A send may have waited on a full queue: look again.
-                                    if *lost.borrow() {
+                                    if lost.borrow().is_some() {
                                         return End::LeaseLost;
                                     }
                                     if ended && let Some(end) = self.slot_ended(claim, &mut session).await {
@@ -294,7 +294,7 @@ impl Gateway {
             }
             tokio::select! {
                 () = tokio::time::sleep(backoff) => {}
-                () = stopped(&mut lost) => return End::LeaseLost,
+                () = lease_lost(&mut lost) => return End::LeaseLost,
                 () = stopped(&mut shutdown) => return self.drain(claim, &mut producer, &mut session).await,
             }
             backoff = (backoff * 2).min(self.config.reconnect_max);

@@ -1,12 +1,14 @@
 //! Processors hold no scheduled work, so scaling them changes nothing in
 //! how often a job runs: two scheduler replicas run the heartbeat (every
 //! second) and the token refresh (every 2 s) while 1, then 3 processor
-//! processes consume a fed chain; in both phases every tick ran exactly
-//! once and none was missed or skipped.
+//! processes consume a fed chain; in both phases every tick's effect was
+//! applied exactly once (by the ledger's count in the history, and for the
+//! heartbeat by its own effect counter) and none was missed or skipped.
 
 mod jepsen;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use jepsen::Scenario;
@@ -14,10 +16,14 @@ use sluice_chainsim::feed::{FeedOptions, feed};
 use sluice_chainsim::server::{ChainNode, ServerOptions};
 use sluice_chainsim::{Chain, ChainConfig};
 use sluice_core::clock::now_ms;
+use sluice_scheduler::clock::SystemClock;
 use sluice_scheduler::config::SchedulerConfig;
 use sluice_scheduler::engine::{Engine, JobEntry};
+use sluice_scheduler::jobs::heartbeat::effect_key;
 use sluice_scheduler::metrics::Metrics;
+use sluice_scheduler::model::Outcome;
 use sluice_scheduler::store::Store;
+use sluice_scheduler::store::redis::RedisStore;
 use sluice_service::env::EnvReader;
 
 const PHASE: Duration = Duration::from_secs(15);
@@ -39,19 +45,19 @@ async fn scheduler(instance: &str, prefix: &str, chain_url: &str) -> Engine {
     env.finish().expect("valid scheduler configuration");
     let client = redis::Client::open(config.redis_url.as_str()).expect("url");
     let conn = redis::aio::ConnectionManager::new(client).await.expect("redis");
-    let store = Store::new(conn, prefix, config.history_keep, config.history_ttl);
-    let engine = Engine::new(config, store, Metrics::new(), entries);
+    let store = RedisStore::new(conn, prefix, config.history_keep, config.history_ttl);
+    let engine = Engine::new(config, Arc::new(store), Arc::new(SystemClock), Metrics::new(), entries);
     engine.start();
     engine
 }
 
-/// Per tick of `job` in `[from, to)`: how many runs succeeded.
-async fn runs_per_tick(store: &Store, job: &str, from: i64, to: i64) -> BTreeMap<i64, usize> {
+/// Per tick of `job` in `[from, to)`: how many runs applied its effect.
+async fn runs_per_tick(store: &dyn Store, job: &str, from: i64, to: i64) -> BTreeMap<i64, usize> {
     let mut out = BTreeMap::new();
     for run in store.all_runs(job).await.expect("runs") {
         if run.tick_ms >= from && run.tick_ms < to {
             let n = out.entry(run.tick_ms).or_insert(0);
-            if run.outcome == "succeeded" {
+            if run.applied > 0 {
                 *n += 1;
             }
         }
@@ -104,11 +110,16 @@ async fn one_or_three_processors_change_nothing_in_how_often_jobs_run() {
 
     let store = {
         let client = redis::Client::open(redis.as_str()).expect("url");
-        Store::new(redis::aio::ConnectionManager::new(client).await.expect("redis"), &s.prefix, 100_000, PHASE * 10)
+        RedisStore::new(
+            redis::aio::ConnectionManager::new(client).await.expect("redis"),
+            &s.prefix,
+            100_000,
+            PHASE * 10,
+        )
     };
     for (job, period) in [("heartbeat", 1_000), ("token-refresh", 2_000)] {
         let all = store.all_runs(job).await.expect("runs");
-        let not_run: Vec<_> = all.iter().filter(|r| r.outcome != "succeeded").collect();
+        let not_run: Vec<_> = all.iter().filter(|r| r.outcome != Outcome::Succeeded).collect();
         assert!(not_run.is_empty(), "{job}: every tick ran: {not_run:#?}");
         for (phase, from, to) in [("1 processor", t0, t1), ("3 processors", t1, t2)] {
             // Whole ticks inside the phase.
@@ -117,8 +128,20 @@ async fn one_or_three_processors_change_nothing_in_how_often_jobs_run() {
             let expected = ((to - from) / period) as usize;
             let ticks: Vec<i64> = per_tick.keys().copied().collect();
             assert_eq!(per_tick.len(), expected, "{job} with {phase}: every tick has a run: {ticks:?}");
-            assert!(per_tick.values().all(|n| *n == 1), "{job} with {phase}: each tick ran once: {per_tick:?}");
-            eprintln!("{job} with {phase}: {} ticks, each run once", per_tick.len());
+            assert!(per_tick.values().all(|n| *n == 1), "{job} with {phase}: each tick applied once: {per_tick:?}");
+            if job == "heartbeat" {
+                let mut conn = redis::Client::open(redis.as_str())
+                    .expect("url")
+                    .get_multiplexed_async_connection()
+                    .await
+                    .expect("redis");
+                for tick in per_tick.keys() {
+                    let effects: Option<i64> =
+                        redis::cmd("GET").arg(effect_key(&s.prefix, *tick)).query_async(&mut conn).await.expect("GET");
+                    assert_eq!(effects, Some(1), "heartbeat tick {tick}: its write's own counter");
+                }
+            }
+            eprintln!("{job} with {phase}: {} ticks, each applied once", per_tick.len());
         }
     }
 }

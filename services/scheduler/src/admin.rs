@@ -11,8 +11,8 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status};
 
-use crate::engine::{Engine, JobEntry, now_ms};
-use crate::store::RunRecord;
+use crate::engine::{Engine, JobEntry, TriggerError};
+use crate::store::{RunRecord, StoreError};
 
 /// Next ticks listed per job.
 const NEXT_TICKS: usize = 5;
@@ -32,7 +32,7 @@ fn to_proto(run: RunRecord) -> api::Run {
         token: run.token,
         started_ms: run.started_ms,
         ended_ms: run.ended_ms,
-        outcome: run.outcome,
+        outcome: run.outcome.as_str().into(),
         reason: run.reason,
         items: run.items,
         drift_found: run.drift_found,
@@ -44,11 +44,12 @@ fn to_proto(run: RunRecord) -> api::Run {
         item_done_p50_ms: run.item_done_p50_ms,
         item_done_p95_ms: run.item_done_p95_ms,
         item_done_max_ms: run.item_done_max_ms,
+        applied: run.applied,
     }
 }
 
-fn unavailable(e: redis::RedisError) -> Status {
-    Status::unavailable(format!("redis: {e}"))
+fn unavailable(e: StoreError) -> Status {
+    Status::unavailable(e.to_string())
 }
 
 impl Admin {
@@ -77,9 +78,10 @@ impl Admin {
             jitter_ms: s.jitter.as_millis() as u64,
             paused: s.paused || state.paused,
             paused_reason: if s.paused { "paused by configuration".into() } else { state.paused_reason },
-            next_ticks_ms: if s.enabled { s.schedule.upcoming(now_ms(), NEXT_TICKS) } else { Vec::new() },
+            next_ticks_ms: if s.enabled { s.schedule.upcoming(self.engine.now_ms(), NEXT_TICKS) } else { Vec::new() },
             last_run: last.map(to_proto),
-            last_success_ms: state.last_success_ms,
+            last_success_ms: state.last_success_ms.unwrap_or(0),
+            effects: entry.job.effects().describe(),
         })
     }
 }
@@ -111,7 +113,10 @@ impl SchedulerAdmin for Admin {
     ) -> Result<Response<api::TriggerNowResponse>, Status> {
         let job = request.into_inner().job;
         self.entry(&job)?;
-        let triggered = self.engine.trigger_now(&job).await.map_err(Status::unavailable)?;
+        let triggered = self.engine.trigger_now(&job).await.map_err(|e| match e {
+            TriggerError::NoJob(_) => Status::not_found(e.to_string()),
+            TriggerError::ShuttingDown | TriggerError::Store(_) => Status::unavailable(e.to_string()),
+        })?;
         tracing::info!(job, tick_ms = triggered.tick_ms, started = triggered.started, "Triggered by the admin API");
         Ok(Response::new(api::TriggerNowResponse {
             tick_ms: triggered.tick_ms,

@@ -58,7 +58,7 @@ fn run_line(run: &api::Run) -> String {
     };
     let took = if run.ended_ms > 0 { format!("{} ms", run.ended_ms - run.started_ms) } else { "-".into() };
     format!(
-        "{}{} {:<10} owner {} token {} took {} items {} drift {}/{} stale {}{}{}",
+        "{}{} {:<10} owner {} token {} took {} items {} applied {} drift {}/{} stale {}{}{}",
         time(run.tick_ms),
         span,
         run.outcome,
@@ -66,6 +66,7 @@ fn run_line(run: &api::Run) -> String {
         run.token,
         took,
         run.items,
+        run.applied,
         run.drift_found,
         run.drift_repaired,
         run.stale_writes,

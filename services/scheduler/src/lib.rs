@@ -2,12 +2,16 @@
 //! tick run once across replicas, correctness writes fenced.
 //!
 //! - [`schedule`]: cron expressions with seconds, in UTC; tick identity.
-//! - [`store`]: claims, leases, fencing tokens and run history in Redis
-//!   (one Lua script per transition).
-//! - [`engine`]: per-job tickers, claim outcomes, runs with lease renewal,
+//! - [`model`]: a tick's life as types (outcomes, reasons) and the engine's
+//!   decisions as pure functions; [`clock`]: wall time behind a trait.
+//! - [`store`]: the state every replica shares (claims, leases, fencing
+//!   tokens, the effect ledger, the run history), in Redis (one Lua script
+//!   per transition) or in memory (tests).
+//! - [`engine`]: per-job tickers, claim outcomes, runs with their leases,
 //!   timeouts, takeover of dead runs, drain on shutdown.
-//! - [`jobs`]: the [`jobs::Job`] trait and the built-in jobs (token
-//!   refresh, pool reconciliation, heartbeat).
+//! - [`jobs`]: the job contract ([`jobs::Job`], fenced writes through
+//!   [`jobs::RunContext::write`]) and the built-in jobs (token refresh, pool
+//!   reconciliation, heartbeat).
 //! - [`admin`]: the admin gRPC API, and [`cli`] its command line
 //!   (`sluice-scheduler admin …`); [`metrics`]: Prometheus metrics.
 
@@ -15,9 +19,11 @@
 
 pub mod admin;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod engine;
 pub mod jobs;
 pub mod metrics;
+pub mod model;
 pub mod schedule;
 pub mod store;

@@ -8,14 +8,16 @@
 //! `sluice-scheduler admin list|runs JOB|trigger JOB|pause JOB|resume JOB`
 //! calls a running scheduler's admin API.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Context;
+use sluice_scheduler::clock::SystemClock;
 use sluice_scheduler::config::SchedulerConfig;
 use sluice_scheduler::engine::{Engine, JobEntry};
 use sluice_scheduler::metrics::Metrics;
-use sluice_scheduler::store::Store;
+use sluice_scheduler::store::redis::RedisStore;
 use sluice_scheduler::{admin, jobs};
 use sluice_service::env::EnvReader;
 use sluice_service::{signal, telemetry};
@@ -76,8 +78,8 @@ async fn run() -> anyhow::Result<()> {
         let _ = stop_tx.send(true);
         return Ok(());
     };
-    let store = Store::new(conn, &config.redis_prefix, config.history_keep, config.history_ttl);
-    let engine = Engine::new(config.clone(), store, metrics, entries);
+    let store = RedisStore::new(conn, &config.redis_prefix, config.history_keep, config.history_ttl);
+    let engine = Engine::new(config.clone(), Arc::new(store), Arc::new(SystemClock), metrics, entries);
     let (grpc_addr, grpc_task) =
         admin::serve(config.grpc_listen, engine.clone(), config.admin_token.clone(), stopped())
             .await

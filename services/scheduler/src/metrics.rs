@@ -1,5 +1,7 @@
 //! The scheduler's Prometheus metrics (`sluice_scheduler_…`), labelled by
-//! job and outcome or reason only.
+//! job and outcome or reason only. Label values come from the model's enums
+//! ([`Outcome`], [`SkipReason`], [`MissReason`], [`Op`]), never from strings
+//! at call sites.
 //!
 //! The job's label is `job_name`, not `job`: Prometheus gives every scraped
 //! series its own `job` label (the scrape job) and would rename ours to
@@ -13,21 +15,55 @@ use prometheus::{
     GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, exponential_buckets,
 };
 
+use crate::model::{MissReason, Outcome, SkipReason};
+
+/// The scheduler's own calls that can fail (the `operation` label of
+/// `sluice_scheduler_errors_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Claim,
+    Queue,
+    Renew,
+    Finish,
+    History,
+}
+
+impl Op {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Claim => "claim",
+            Self::Queue => "queue",
+            Self::Renew => "renew",
+            Self::Finish => "finish",
+            Self::History => "history",
+        }
+    }
+}
+
+/// Whether a run found without an end had applied the tick's effect (the
+/// `effect` label of `sluice_scheduler_abandoned_runs_total`).
+pub fn effect_label(applied: u64) -> &'static str {
+    if applied > 0 { "applied" } else { "none" }
+}
+
 /// Every metric the scheduler exports.
 #[derive(Debug, Clone)]
 pub struct Metrics {
     pub registry: Registry,
-    /// Runs ended, by job and outcome (succeeded, failed, timed_out,
-    /// lost_claim, cancelled).
+    /// Runs ended, by job and outcome ([`Outcome::RUN_ENDS`]).
     pub runs: IntCounterVec,
     pub run_duration: HistogramVec,
     /// Run start after the tick's scheduled time.
     pub start_delay: HistogramVec,
     /// End of the job's newest successful run (any replica), Unix seconds.
     pub last_success: GaugeVec,
-    /// Ticks nobody ran: `unclaimed` (no replica claimed them in time) or
-    /// `late` (claimed past the misfire policy's window).
+    /// Ticks nobody ran: `unclaimed` (no replica claimed them in time),
+    /// `late` (claimed past the misfire policy's window) or `abandoned` (its
+    /// run died before applying anything, and nobody took it over in time).
     pub ticks_missed: IntCounterVec,
+    /// Runs whose replica stopped without recording an end, found by this
+    /// replica, by whether they had applied the tick's effect.
+    pub abandoned: IntCounterVec,
     /// Ticks not run on purpose: `overlap`, `paused`.
     pub ticks_skipped: IntCounterVec,
     /// Writes the fence refused: a run that lost its lease tried to write.
@@ -98,8 +134,14 @@ impl Metrics {
             ticks_missed: counter(
                 &r,
                 "sluice_scheduler_ticks_missed_total",
-                "Ticks nobody ran, by reason (unclaimed, late).",
+                "Ticks nobody ran, by reason (unclaimed, late, abandoned).",
                 &["job_name", "reason"],
+            ),
+            abandoned: counter(
+                &r,
+                "sluice_scheduler_abandoned_runs_total",
+                "Runs whose replica stopped without recording an end, by whether they had applied the tick's effect.",
+                &["job_name", "effect"],
             ),
             ticks_skipped: counter(
                 &r,
@@ -156,14 +198,17 @@ impl Metrics {
     /// the scheduler records (a Prometheus counter that appears only on its
     /// first increment hides that first increment from `rate()`).
     pub fn init_job(&self, job: &str) {
-        for outcome in ["succeeded", "failed", "timed_out", "lost_claim", "cancelled"] {
-            self.runs.with_label_values(&[job, outcome]);
+        for outcome in Outcome::RUN_ENDS {
+            self.runs.with_label_values(&[job, outcome.as_str()]);
         }
-        for reason in ["unclaimed", "late"] {
-            self.ticks_missed.with_label_values(&[job, reason]);
+        for reason in MissReason::ALL {
+            self.ticks_missed.with_label_values(&[job, reason.as_str()]);
         }
-        for reason in ["overlap", "paused"] {
-            self.ticks_skipped.with_label_values(&[job, reason]);
+        for reason in [SkipReason::Overlap, SkipReason::Paused] {
+            self.ticks_skipped.with_label_values(&[job, reason.as_str()]);
+        }
+        for applied in [0, 1] {
+            self.abandoned.with_label_values(&[job, effect_label(applied)]);
         }
         for c in [
             &self.stale_writes,
@@ -178,6 +223,26 @@ impl Metrics {
         }
         self.running.with_label_values(&[job]);
         self.paused.with_label_values(&[job]);
+    }
+
+    pub fn error(&self, job: &str, op: Op) {
+        self.errors.with_label_values(&[job, op.as_str()]).inc();
+    }
+
+    pub fn missed(&self, job: &str, reason: MissReason, ticks: u64) {
+        self.ticks_missed.with_label_values(&[job, reason.as_str()]).inc_by(ticks);
+    }
+
+    pub fn skipped(&self, job: &str, reason: SkipReason) {
+        self.ticks_skipped.with_label_values(&[job, reason.as_str()]).inc();
+    }
+
+    pub fn set_paused(&self, job: &str, paused: bool) {
+        self.paused.with_label_values(&[job]).set(i64::from(paused));
+    }
+
+    pub fn set_last_success(&self, job: &str, ms: i64) {
+        self.last_success.with_label_values(&[job]).set(ms as f64 / 1000.0);
     }
 }
 

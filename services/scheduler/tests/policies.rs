@@ -4,12 +4,14 @@
 
 mod common;
 
+use sluice_scheduler::model::Outcome;
+use sluice_scheduler::store::Store as _;
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::{engine, now_ms, store};
 use sluice_scheduler::config::{JobDefaults, Overlap};
-use sluice_scheduler::jobs::{Job, Report, RunContext, RunFuture};
+use sluice_scheduler::jobs::{Effects, Job, Report, RunContext, RunFuture};
 use sluice_scheduler::store::RunRecord;
 
 /// A job that works for a while.
@@ -26,6 +28,10 @@ impl Job for Sleepy {
 
     fn defaults(&self) -> JobDefaults {
         JobDefaults { schedule: "* * * * * *", enabled: true, timeout: Duration::from_secs(30), overlap: Overlap::Skip }
+    }
+
+    fn effects(&self) -> Effects {
+        Effects::Ledger
     }
 
     fn run<'a>(&'a self, _: &'a RunContext) -> RunFuture<'a> {
@@ -45,7 +51,7 @@ async fn history(prefix: &str) -> Vec<RunRecord> {
 }
 
 fn runs_of(history: &[RunRecord]) -> Vec<&RunRecord> {
-    history.iter().filter(|r| r.outcome == "succeeded").collect()
+    history.iter().filter(|r| r.outcome == Outcome::Succeeded).collect()
 }
 
 /// No two runs of the job overlap in time, whichever replica ran them.
@@ -70,9 +76,9 @@ async fn overlap_skip_holds_across_replicas() {
     let runs = runs_of(&history);
     assert!(runs.len() >= 2, "{history:#?}");
     assert_no_overlap(&runs);
-    let skipped = history.iter().filter(|r| r.outcome == "skipped").count();
+    let skipped = history.iter().filter(|r| r.outcome == Outcome::Skipped).count();
     assert!(skipped >= 3, "ticks during a run are skipped: {history:#?}");
-    assert!(history.iter().filter(|r| r.outcome == "skipped").all(|r| r.reason.contains("overlap")));
+    assert!(history.iter().filter(|r| r.outcome == Outcome::Skipped).all(|r| r.reason.contains("overlap")));
     let mut ticks: Vec<i64> = history.iter().map(|r| r.tick_ms).collect();
     let all = ticks.len();
     ticks.dedup();
@@ -98,7 +104,7 @@ async fn overlap_buffer_one_runs_the_next_tick_right_after() {
         assert!(gap < 700, "the buffered tick starts as soon as the previous run ends: {gap} ms\n{history:#?}");
         assert!(w[1].started_ms - w[1].tick_ms > 1_000, "it ran late, after waiting: {:?}", w[1]);
     }
-    let skipped = history.iter().filter(|r| r.outcome == "skipped").count();
+    let skipped = history.iter().filter(|r| r.outcome == Outcome::Skipped).count();
     assert!(skipped >= 2, "with one tick buffered, the others are skipped: {history:#?}");
 }
 
@@ -107,7 +113,7 @@ async fn overlap_buffer_one_runs_the_next_tick_right_after() {
 async fn downtime(prefix: &str, env: &[(&str, &str)], down: Duration) -> Vec<RunRecord> {
     let a = engine("misfire-a", prefix, env, sleepy(10)).await;
     common::wait_for_run(&store(prefix).await, "sleepy", Duration::from_secs(10), "succeeded", |r| {
-        r.outcome == "succeeded"
+        r.outcome == Outcome::Succeeded
     })
     .await;
     a.shutdown().await;
@@ -132,15 +138,15 @@ async fn misfire_run_latest_catches_up_once_and_records_the_rest() {
     let history = downtime(&prefix, &env, Duration::from_secs(6)).await;
     let caught_up: Vec<&RunRecord> = history
         .iter()
-        .filter(|r| r.owner == "misfire-b" && r.outcome == "succeeded" && r.started_ms - r.tick_ms >= 1_000)
+        .filter(|r| r.owner == "misfire-b" && r.outcome == Outcome::Succeeded && r.started_ms - r.tick_ms >= 1_000)
         .collect();
     assert_eq!(caught_up.len(), 1, "the latest missed tick ran once, late: {history:#?}");
-    let latest_missed = history.iter().filter(|r| r.outcome == "missed").map(|r| r.last_tick_ms).max();
+    let latest_missed = history.iter().filter(|r| r.outcome == Outcome::Missed).map(|r| r.last_tick_ms).max();
     assert_eq!(latest_missed, Some(caught_up[0].tick_ms - 2_000), "the one just before it was the last missed");
-    let missed: u64 = history.iter().filter(|r| r.outcome == "missed").map(|r| r.ticks).sum();
+    let missed: u64 = history.iter().filter(|r| r.outcome == Outcome::Missed).map(|r| r.ticks).sum();
     assert!(missed >= 2, "the ticks before it are recorded as missed: {history:#?}");
-    let ran: Vec<i64> = history.iter().filter(|r| r.outcome == "succeeded").map(|r| r.tick_ms).collect();
-    assert!(history.iter().filter(|r| r.outcome == "missed").all(|m| !ran.contains(&m.tick_ms)));
+    let ran: Vec<i64> = history.iter().filter(|r| r.outcome == Outcome::Succeeded).map(|r| r.tick_ms).collect();
+    assert!(history.iter().filter(|r| r.outcome == Outcome::Missed).all(|m| !ran.contains(&m.tick_ms)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -149,9 +155,9 @@ async fn misfire_skip_runs_nothing_late() {
     let env = [("JOB_SLEEPY_SCHEDULE", "*/2 * * * * *"), ("JOB_SLEEPY_MISFIRE", "skip")];
     let history = downtime(&prefix, &env, Duration::from_secs(6)).await;
     let late: Vec<&RunRecord> =
-        history.iter().filter(|r| r.outcome == "succeeded" && r.started_ms - r.tick_ms > 1_000).collect();
+        history.iter().filter(|r| r.outcome == Outcome::Succeeded && r.started_ms - r.tick_ms > 1_000).collect();
     assert!(late.is_empty(), "no tick runs more than 1 s late: {late:#?}");
-    let missed: u64 = history.iter().filter(|r| r.outcome == "missed").map(|r| r.ticks).sum();
+    let missed: u64 = history.iter().filter(|r| r.outcome == Outcome::Missed).map(|r| r.ticks).sum();
     assert!(missed >= 3, "the downtime's ticks are recorded as missed: {history:#?}");
 }
 
@@ -163,13 +169,13 @@ async fn a_run_past_its_timeout_is_stopped_and_the_job_goes_on() {
     tokio::time::sleep(Duration::from_millis(5_500)).await;
     a.shutdown().await;
     let history = history(&prefix).await;
-    let timed_out: Vec<&RunRecord> = history.iter().filter(|r| r.outcome == "timed_out").collect();
+    let timed_out: Vec<&RunRecord> = history.iter().filter(|r| r.outcome == Outcome::TimedOut).collect();
     assert!(timed_out.len() >= 2, "every run is stopped, and the next tick runs: {history:#?}");
     for run in &timed_out {
         let took = run.ended_ms - run.started_ms;
         assert!((500..1_500).contains(&took), "stopped after the timeout and the grace: {took} ms");
     }
-    assert!(history.iter().all(|r| r.outcome != "skipped"), "a stopped run frees the job: {history:#?}");
+    assert!(history.iter().all(|r| r.outcome != Outcome::Skipped), "a stopped run frees the job: {history:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,6 +5,7 @@
 
 mod common;
 
+use sluice_scheduler::model::Outcome;
 use std::time::Duration;
 
 use common::{Replica, redis, start_chain_with_slow_pool, store, wait_for_run};
@@ -95,10 +96,10 @@ async fn repairs_injected_drift_finds_none_when_clean_and_pipelines_past_a_slow_
         .into_inner();
     assert!(t1.started, "{t1:?}");
     let run1 = wait_for_run(&store, "pool-reconcile", Duration::from_secs(30), "ended", |r| {
-        r.tick_ms == t1.tick_ms && r.manual && r.outcome != "running"
+        r.tick_ms == t1.tick_ms && r.manual && r.outcome != Outcome::Running
     })
     .await;
-    assert_eq!(run1.outcome, "succeeded", "{run1:?}\n{}", replica.log_tail());
+    assert_eq!(run1.outcome, Outcome::Succeeded, "{run1:?}\n{}", replica.log_tail());
     assert_eq!((run1.drift_found, run1.drift_repaired), (3, 3), "{run1:?}");
     assert_eq!(run1.items as usize, POOLS, "{run1:?}");
     assert_eq!(chain.mismatches(&mut conn, &prefix).await, Vec::<String>::new(), "repaired to the chain's state");
@@ -110,7 +111,7 @@ async fn repairs_injected_drift_finds_none_when_clean_and_pipelines_past_a_slow_
         .expect("TriggerNow")
         .into_inner();
     let run2 = wait_for_run(&store, "pool-reconcile", Duration::from_secs(30), "ended", |r| {
-        r.tick_ms == t2.tick_ms && r.manual && r.outcome != "running"
+        r.tick_ms == t2.tick_ms && r.manual && r.outcome != Outcome::Running
     })
     .await;
     assert_eq!((run2.outcome.as_str(), run2.drift_found, run2.drift_repaired), ("succeeded", 0, 0), "{run2:?}");

@@ -5,6 +5,7 @@
 
 mod common;
 
+use sluice_scheduler::model::Outcome;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,10 +56,10 @@ async fn refresh_writes_the_registry_and_announces_changed_tokens() {
     let first = engine.trigger_now("token-refresh").await.expect("trigger");
     assert!(first.started);
     let run = wait_for_run(&store, "token-refresh", Duration::from_secs(20), "ended", |r| {
-        r.tick_ms == first.tick_ms && r.outcome != "running"
+        r.tick_ms == first.tick_ms && r.outcome != Outcome::Running
     })
     .await;
-    assert_eq!(run.outcome, "succeeded", "{run:?}");
+    assert_eq!(run.outcome, Outcome::Succeeded, "{run:?}");
     assert_eq!(run.items as usize, tokens.len());
     assert_eq!(run.drift_repaired as usize, tokens.len(), "every entry was new or stale: {run:?}");
     let stored: std::collections::HashMap<String, String> =
@@ -81,7 +82,7 @@ async fn refresh_writes_the_registry_and_announces_changed_tokens() {
     // Nothing changed: nothing written, nothing announced.
     let second = engine.trigger_now("token-refresh").await.expect("trigger");
     let run = wait_for_run(&store, "token-refresh", Duration::from_secs(20), "ended", |r| {
-        r.tick_ms == second.tick_ms && r.outcome != "running"
+        r.tick_ms == second.tick_ms && r.outcome != Outcome::Running
     })
     .await;
     assert_eq!((run.outcome.as_str(), run.drift_repaired), ("succeeded", 0), "{run:?}");

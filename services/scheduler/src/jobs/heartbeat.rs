@@ -1,56 +1,54 @@
 //! Heartbeat: one fenced write per tick, the scheduler's own dead man's
 //! switch. `<prefix>sched:heartbeat:last` holds the newest tick run (an
-//! external check can alert when it stops moving), and
-//! `<prefix>sched:heartbeat:effect:<tick>` counts the runs that wrote for
-//! that tick (kept an hour), which is how the tests prove a tick's effect
-//! happened once.
+//! external check can alert when it stops moving).
+//!
+//! `<prefix>sched:heartbeat:effect:<tick>` counts how often the write's
+//! body really ran for that tick (kept an hour). It is deliberately not
+//! idempotent: it is an independent count of applied effects, which the
+//! tests compare with the run history; the ledger is what keeps it at 1.
 
 use std::time::Duration;
 
-use redis::Script;
-
-use super::{Job, Report, RunContext, RunFuture};
+use super::{Effects, Job, JobError, JobScript, Report, RunContext, RunFuture};
 use crate::config::{JobDefaults, Overlap};
 
 /// How long a tick's effect counter is kept.
 const EFFECT_TTL_MS: u64 = 3_600_000;
 
-fn script() -> String {
-    format!(
-        "{}
--- KEYS: fence, lease, effect counter, last. ARGV: token, lease value, tick, ttl ms
-local n = redis.call('INCR', KEYS[3])
-redis.call('PEXPIRE', KEYS[3], ARGV[4])
-redis.call('SET', KEYS[4], ARGV[3] .. ' ' .. ARGV[2])
-return n",
-        sluice_coord::LEASED_FENCE_CHECK
-    )
-}
+const BODY: &str = "
+-- KEYS: effect counter, last. ARGV: tick, lease value, ttl ms
+local n = redis.call('INCR', KEYS[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. ARGV[2])
+return n";
 
-/// Key of the effect counter of `tick`.
+/// Key of the effect counter of tick `tick_ms`.
 pub fn effect_key(prefix: &str, tick_ms: i64) -> String {
     format!("{prefix}sched:heartbeat:effect:{tick_ms}")
 }
 
 /// The heartbeat job.
-#[derive(Debug, Default)]
-pub struct Heartbeat;
+#[derive(Debug)]
+pub struct Heartbeat {
+    script: std::sync::Arc<JobScript>,
+}
+
+impl Default for Heartbeat {
+    fn default() -> Self {
+        Self { script: JobScript::new("heartbeat", BODY) }
+    }
+}
 
 impl Heartbeat {
-    async fn beat(&self, ctx: &RunContext) -> Result<Report, String> {
-        let script = Script::new(&script());
-        let written: i64 = ctx
-            .fenced(&script)
+    async fn beat(&self, ctx: &RunContext) -> Result<Report, JobError> {
+        ctx.write(&self.script, "beat")
             .key(effect_key(&ctx.prefix, ctx.tick.ms))
             .key(format!("{}sched:heartbeat:last", ctx.prefix))
             .arg(ctx.tick.ms)
+            .arg(ctx.lease_value())
             .arg(EFFECT_TTL_MS)
-            .invoke_async(&mut ctx.redis.clone())
-            .await
-            .map_err(|e| format!("heartbeat write: {e}"))?;
-        if written < 0 {
-            ctx.refused();
-        }
+            .apply()
+            .await?;
         Ok(Report { items: 1, ..Report::default() })
     }
 }
@@ -61,7 +59,7 @@ impl Job for Heartbeat {
     }
 
     fn description(&self) -> &'static str {
-        "One fenced write per tick: proof that the scheduler runs each tick once."
+        "One fenced write per tick: proof that the scheduler applies each tick's effect once."
     }
 
     fn defaults(&self) -> JobDefaults {
@@ -71,6 +69,10 @@ impl Job for Heartbeat {
             timeout: Duration::from_secs(5),
             overlap: Overlap::Skip,
         }
+    }
+
+    fn effects(&self) -> Effects {
+        Effects::Ledger
     }
 
     fn run<'a>(&'a self, ctx: &'a RunContext) -> RunFuture<'a> {

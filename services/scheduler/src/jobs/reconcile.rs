@@ -19,7 +19,6 @@
 
 use std::time::Duration;
 
-use redis::Script;
 use sluice_core::pool::{PoolState, Seq};
 use sluice_dex::state::{pool_key, prices_channel, read_pool};
 use sluice_proto::chain::v1::chain_client::ChainClient;
@@ -28,32 +27,27 @@ use sluice_proto::dex::v1::{PoolInfo, PoolState as WirePoolState};
 use tonic::Code;
 use tonic::transport::Channel;
 
-use super::{Job, Report, RunContext, RunFuture, pipeline};
+use super::{Effects, Job, JobError, JobScript, Report, RunContext, RunFuture, pipeline};
 use crate::config::{JobDefaults, Overlap};
 
-/// The fenced compare-and-set of one pool's state (the hash layout of
-/// `sluice_dex::state`). Returns 1 repaired, 0 moved, -1 refused.
-fn repair_script() -> String {
-    format!(
-        "{}
--- KEYS: fence, lease, pool. ARGV: token, lease value, expected slot, tx, ix,
--- then the chain's slot, tx, ix, reserve_a, reserve_b, sqrt ('' for none),
--- last_price_ticks, swaps_applied, price, venue, prices channel, pool
-local cur = redis.call('HMGET', KEYS[3], 'slot', 'tx', 'ix', 'price')
-if cur[1] ~= ARGV[3] or cur[2] ~= ARGV[4] or cur[3] ~= ARGV[5] then return 0 end
-redis.call('HSET', KEYS[3], 'slot', ARGV[6], 'tx', ARGV[7], 'ix', ARGV[8], 'reserve_a', ARGV[9],
-  'reserve_b', ARGV[10], 'last_price_ticks', ARGV[12], 'swaps_applied', ARGV[13], 'price', ARGV[14],
-  'venue', ARGV[15])
-if ARGV[11] == '' then
-  redis.call('HDEL', KEYS[3], 'sqrt_price_x64')
+/// The compare-and-set of one pool's state (the hash layout of
+/// `sluice_dex::state`), run as a fenced write. Returns 1 repaired, 0 moved.
+const REPAIR: &str = "
+-- KEYS: pool. ARGV: expected slot, tx, ix, then the chain's slot, tx, ix,
+-- reserve_a, reserve_b, sqrt ('' for none), last_price_ticks, swaps_applied,
+-- price, venue, prices channel, pool
+local cur = redis.call('HMGET', KEYS[1], 'slot', 'tx', 'ix', 'price')
+if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] or cur[3] ~= ARGV[3] then return 0 end
+redis.call('HSET', KEYS[1], 'slot', ARGV[4], 'tx', ARGV[5], 'ix', ARGV[6], 'reserve_a', ARGV[7],
+  'reserve_b', ARGV[8], 'last_price_ticks', ARGV[10], 'swaps_applied', ARGV[11], 'price', ARGV[12],
+  'venue', ARGV[13])
+if ARGV[9] == '' then
+  redis.call('HDEL', KEYS[1], 'sqrt_price_x64')
 else
-  redis.call('HSET', KEYS[3], 'sqrt_price_x64', ARGV[11])
+  redis.call('HSET', KEYS[1], 'sqrt_price_x64', ARGV[9])
 end
-if cur[4] ~= ARGV[14] then redis.call('PUBLISH', ARGV[16], ARGV[17] .. ' ' .. ARGV[14]) end
-return 1",
-        sluice_coord::LEASED_FENCE_CHECK
-    )
-}
+if cur[4] ~= ARGV[12] then redis.call('PUBLISH', ARGV[14], ARGV[15] .. ' ' .. ARGV[12]) end
+return 1";
 
 /// One pool's verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,8 +70,6 @@ enum Repair {
     Recorded,
     /// A processor moved the pool on between the compare and the repair.
     Moved,
-    /// The fence refused the repair: this run lost its lease.
-    Refused,
 }
 
 /// The reconciliation job.
@@ -86,7 +78,7 @@ pub struct PoolReconcile {
     chain: ChainClient<Channel>,
     concurrency: usize,
     repair: bool,
-    script: Script,
+    script: std::sync::Arc<JobScript>,
 }
 
 fn seq_args(seq: Option<Seq>) -> [String; 3] {
@@ -96,10 +88,10 @@ fn seq_args(seq: Option<Seq>) -> [String; 3] {
 
 impl PoolReconcile {
     pub fn new(chain: ChainClient<Channel>, concurrency: usize, repair: bool) -> Self {
-        Self { chain, concurrency, repair, script: Script::new(&repair_script()) }
+        Self { chain, concurrency, repair, script: JobScript::new("pool-reconcile", REPAIR) }
     }
 
-    async fn chain_state(&self, pool: &str, slot: u64) -> Result<Option<WirePoolState>, String> {
+    async fn chain_state(&self, pool: &str, slot: u64) -> Result<Option<WirePoolState>, JobError> {
         let chain = &mut self.chain.clone();
         match chain.get_pool(GetPoolRequest { pool: pool.to_string(), at_slot: slot }).await {
             Ok(state) => Ok(Some(state.into_inner())),
@@ -107,20 +99,23 @@ impl PoolReconcile {
             // source) or no longer keeps it: nothing to compare with. Comparing
             // with an older state instead would roll the pool back.
             Err(status) if matches!(status.code(), Code::OutOfRange | Code::FailedPrecondition) => Ok(None),
-            Err(status) => Err(format!("GetPool {pool}: {}", status.message())),
+            Err(status) => Err(JobError::unavailable("chain", format!("GetPool {pool}: {}", status.message()))),
         }
     }
 
-    async fn check(&self, ctx: &RunContext, info: &PoolInfo) -> Result<Verdict, String> {
-        let mut redis = ctx.redis.clone();
-        let Some(ours) = read_pool(&mut redis, &ctx.prefix, &info.pool).await.map_err(|e| e.to_string())? else {
+    async fn check(&self, ctx: &RunContext, info: &PoolInfo) -> Result<Verdict, JobError> {
+        let mut redis = ctx.redis()?;
+        let ours =
+            read_pool(&mut redis, &ctx.prefix, &info.pool).await.map_err(|e| JobError::unavailable("redis", e))?;
+        let Some(ours) = ours else {
             return Ok(Verdict::Unseen);
         };
         let slot = ours.last_applied.map_or(0, |s| s.slot);
         let Some(wire) = self.chain_state(&info.pool, slot).await? else {
             return Ok(Verdict::Unverifiable);
         };
-        let truth = PoolState::from_proto(&wire)?;
+        let truth =
+            PoolState::from_proto(&wire).map_err(|e| JobError::Failed(format!("chain state of {}: {e}", info.pool)))?;
         tracing::debug!(pool = %info.pool, "Chain state read");
         if truth.last_applied > ours.last_applied {
             return Ok(Verdict::Behind);
@@ -134,8 +129,8 @@ impl PoolReconcile {
         }
         let [es, et, ei] = seq_args(ours.last_applied);
         let [ns, nt, ni] = seq_args(truth.last_applied);
-        let result: i64 = ctx
-            .fenced(&self.script)
+        let repaired = ctx
+            .write(&self.script, format!("pool:{}", info.pool))
             .key(pool_key(&ctx.prefix, &info.pool))
             .arg(es)
             .arg(et)
@@ -152,26 +147,18 @@ impl PoolReconcile {
             .arg(wire.venue)
             .arg(prices_channel(&ctx.prefix))
             .arg(&info.pool)
-            .invoke_async(&mut redis)
-            .await
-            .map_err(|e| format!("repairing {}: {e}", info.pool))?;
-        Ok(Verdict::Drift(match result {
-            1 => Repair::Repaired,
-            -1 => {
-                ctx.refused();
-                Repair::Refused
-            }
-            _ => Repair::Moved,
-        }))
+            .apply()
+            .await?;
+        Ok(Verdict::Drift(if repaired == 1 { Repair::Repaired } else { Repair::Moved }))
     }
 
-    async fn sweep(&self, ctx: &RunContext) -> Result<Report, String> {
+    async fn sweep(&self, ctx: &RunContext) -> Result<Report, JobError> {
         let pools = self
             .chain
             .clone()
             .list_pools(ListPoolsRequest {})
             .await
-            .map_err(|e| format!("chain ListPools: {}", e.message()))?
+            .map_err(|e| JobError::unavailable("chain", format!("ListPools: {}", e.message())))?
             .into_inner()
             .pools;
         tracing::debug!(pools = pools.len(), "Pools listed");
@@ -189,7 +176,7 @@ impl PoolReconcile {
                     match repair {
                         Repair::Repaired => report.drift_repaired += 1,
                         Repair::Moved => moved += 1,
-                        Repair::Recorded | Repair::Refused => {}
+                        Repair::Recorded => {}
                     }
                 }
                 Err(e) => failures.push(e),
@@ -207,16 +194,22 @@ impl PoolReconcile {
             failed = failures.len(),
             "Reconciliation sweep done"
         );
-        match failures.first() {
-            None => Ok(report),
-            Some(first) => Err(format!(
-                "{} of {} pools not checked (first: {first}); drift found {}, repaired {}",
-                failures.len(),
-                pools.len(),
-                report.drift_found,
-                report.drift_repaired
-            )),
-        }
+        let Some(first) = failures.first() else { return Ok(report) };
+        let summary = format!(
+            "{} of {} pools not checked (first: {first}); drift found {}, repaired {}",
+            failures.len(),
+            pools.len(),
+            report.drift_found,
+            report.drift_repaired
+        );
+        // The most serious kind among the failures names the run's.
+        Err(if let Some(refused) = failures.iter().find(|e| matches!(e, JobError::Refused(_))) {
+            refused.clone()
+        } else if failures.iter().all(|e| matches!(e, JobError::Unavailable { .. })) {
+            JobError::Unavailable { dependency: "chain or redis", message: summary }
+        } else {
+            JobError::Failed(summary)
+        })
     }
 }
 
@@ -236,6 +229,10 @@ impl Job for PoolReconcile {
             timeout: Duration::from_secs(240),
             overlap: Overlap::Skip,
         }
+    }
+
+    fn effects(&self) -> Effects {
+        Effects::Ledger
     }
 
     fn run<'a>(&'a self, ctx: &'a RunContext) -> RunFuture<'a> {

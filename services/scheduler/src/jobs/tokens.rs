@@ -6,73 +6,61 @@
 
 use std::time::Duration;
 
-use redis::Script;
 use sluice_dex::registry;
 use sluice_proto::chain::v1::ListTokensRequest;
 use sluice_proto::chain::v1::chain_client::ChainClient;
 use tonic::transport::Channel;
 
-use super::{Job, Report, RunContext, RunFuture};
+use super::{Effects, Job, JobError, JobScript, Report, RunContext, RunFuture};
 use crate::config::{JobDefaults, Overlap};
 
 /// Writes every changed registry entry and announces each on the
-/// invalidation channel. Returns how many changed, -1 if refused.
-fn script() -> String {
-    format!(
-        "{}
--- KEYS: fence, lease, registry. ARGV: token, lease value, channel, then mint, value pairs
+/// invalidation channel. Returns how many changed.
+const BODY: &str = "
+-- KEYS: registry. ARGV: channel, then mint, value pairs
 local changed = 0
-for i = 4, #ARGV, 2 do
-  if redis.call('HGET', KEYS[3], ARGV[i]) ~= ARGV[i + 1] then
-    redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
-    redis.call('PUBLISH', ARGV[3], ARGV[i])
+for i = 2, #ARGV, 2 do
+  if redis.call('HGET', KEYS[1], ARGV[i]) ~= ARGV[i + 1] then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+    redis.call('PUBLISH', ARGV[1], ARGV[i])
     changed = changed + 1
   end
 end
-return changed",
-        sluice_coord::LEASED_FENCE_CHECK
-    )
-}
+return changed";
 
 /// The token-refresh job.
 #[derive(Debug)]
 pub struct TokenRefresh {
     chain: ChainClient<Channel>,
-    script: Script,
+    script: std::sync::Arc<JobScript>,
 }
 
 impl TokenRefresh {
     pub fn new(chain: ChainClient<Channel>) -> Self {
-        Self { chain, script: Script::new(&script()) }
+        Self { chain, script: JobScript::new("token-refresh", BODY) }
     }
 
-    async fn refresh(&self, ctx: &RunContext) -> Result<Report, String> {
+    async fn refresh(&self, ctx: &RunContext) -> Result<Report, JobError> {
         let tokens = self
             .chain
             .clone()
             .list_tokens(ListTokensRequest {})
             .await
-            .map_err(|e| format!("chain ListTokens: {}", e.message()))?
+            .map_err(|e| JobError::unavailable("chain", format!("ListTokens: {}", e.message())))?
             .into_inner()
             .tokens;
-        let mut invocation = ctx.fenced(&self.script);
-        invocation.key(registry::tokens_key(&ctx.prefix)).arg(registry::invalidate_channel(&ctx.prefix));
+        let mut write = ctx
+            .write(&self.script, "registry")
+            .key(registry::tokens_key(&ctx.prefix))
+            .arg(registry::invalidate_channel(&ctx.prefix));
         for token in &tokens {
-            invocation.arg(&token.mint).arg(registry::encode(token));
+            write = write.arg(&token.mint).arg(registry::encode(token));
         }
-        let changed: i64 =
-            invocation.invoke_async(&mut ctx.redis.clone()).await.map_err(|e| format!("registry write: {e}"))?;
-        if changed < 0 {
-            ctx.refused();
-        } else if changed > 0 {
+        let changed = write.apply().await?.max(0) as u64;
+        if changed > 0 {
             tracing::info!(changed, tokens = tokens.len(), "Token registry updated");
         }
-        Ok(Report {
-            items: tokens.len() as u64,
-            drift_found: changed.max(0) as u64,
-            drift_repaired: changed.max(0) as u64,
-            ..Report::default()
-        })
+        Ok(Report { items: tokens.len() as u64, drift_found: changed, drift_repaired: changed, ..Report::default() })
     }
 }
 
@@ -87,6 +75,10 @@ impl Job for TokenRefresh {
 
     fn defaults(&self) -> JobDefaults {
         JobDefaults { schedule: "0 * * * * *", enabled: true, timeout: Duration::from_secs(30), overlap: Overlap::Skip }
+    }
+
+    fn effects(&self) -> Effects {
+        Effects::Ledger
     }
 
     fn run<'a>(&'a self, ctx: &'a RunContext) -> RunFuture<'a> {

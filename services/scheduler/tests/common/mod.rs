@@ -14,7 +14,8 @@ pub use sluice_core::clock::now_ms;
 use sluice_proto::chain::v1::chain_client::ChainClient;
 use sluice_proto::chain::v1::{GetPoolRequest, ListPoolsRequest};
 use sluice_proto::dex::v1::PoolInfo;
-use sluice_scheduler::store::{RunRecord, Store};
+use sluice_scheduler::store::redis::RedisStore;
+pub use sluice_scheduler::store::{RunRecord, Store};
 use sluice_testkit::process::{Spawned, log_tail, wait_ready};
 pub use sluice_testkit::{free_port, http_get};
 use tonic::transport::Channel;
@@ -147,10 +148,10 @@ pub async fn redis() -> redis::aio::MultiplexedConnection {
         .expect("connecting to the test stack's Redis")
 }
 
-pub async fn store(prefix: &str) -> Store {
+pub async fn store(prefix: &str) -> RedisStore {
     let client = redis::Client::open(sluice_testkit::redis_url()).expect("redis url");
     let conn = redis::aio::ConnectionManager::new(client).await.expect("connecting to Redis");
-    Store::new(conn, prefix, 100_000, Duration::from_secs(3600))
+    RedisStore::new(conn, prefix, 100_000, Duration::from_secs(3600))
 }
 
 /// A scheduler replica: a real `sluice-scheduler` process, which can be
@@ -253,7 +254,7 @@ impl Replica {
 
 /// Waits until `job`'s history has a record matching `pred`.
 pub async fn wait_for_run(
-    store: &Store,
+    store: &dyn Store,
     job: &str,
     limit: Duration,
     what: &str,
@@ -291,9 +292,12 @@ pub async fn engine(
     let config = SchedulerConfig::read(&mut reader);
     let entries = JobEntry::read_all(&mut reader, jobs);
     reader.finish().expect("valid test configuration");
-    let store = store(prefix).await;
-    let store = Store::new(store.connection(), prefix, config.history_keep, config.history_ttl);
-    let engine = Engine::new(config, store, sluice_scheduler::metrics::Metrics::new(), entries);
+    let client = redis::Client::open(sluice_testkit::redis_url()).expect("redis url");
+    let conn = redis::aio::ConnectionManager::new(client).await.expect("connecting to Redis");
+    let store = RedisStore::new(conn, prefix, config.history_keep, config.history_ttl);
+    let clock = std::sync::Arc::new(sluice_scheduler::clock::SystemClock);
+    let engine =
+        Engine::new(config, std::sync::Arc::new(store), clock, sluice_scheduler::metrics::Metrics::new(), entries);
     engine.start();
     engine
 }
