@@ -1,14 +1,15 @@
 //! Keeping a lease alive: one rule for every holder (the active ingest, a
 //! scheduler run).
 //!
-//! Every third of the lease time the keeper asks the store to extend it,
-//! and bounds each call by a third of the lease. A renewal that surely
-//! landed was asked at some instant `t`, so the lease lasts at least until
-//! `t + ttl`; the keeper times freshness from *before* the call. The holder
-//! is told to stop when a renewal is refused (someone else holds it now), or
-//! once half the lease time has passed since the last renewal that surely
-//! landed: the other half is the holder's margin to stop before the lease
-//! can lapse and a peer can take over.
+//! Every third of the lease time the keeper asks the store to extend it. A
+//! renewal that surely landed was asked at some instant `t`, so the lease
+//! lasts at least until `t + ttl`; the keeper times freshness from *before*
+//! the call. The holder is told to stop when a renewal is refused (someone
+//! else holds it now), or at the latest half the lease time after the last
+//! renewal that surely landed: the other half is the holder's margin to stop
+//! before the lease can lapse and a peer can take over. Each call is bounded
+//! by a third of the lease and never runs past that half; after a failed
+//! call the next is tried sooner (a ninth of the lease).
 
 use std::fmt::Display;
 use std::future::Future;
@@ -84,22 +85,28 @@ where
     let task = tokio::spawn(async move {
         let every = ttl / 3;
         let mut confirmed = Instant::now();
+        let mut next = confirmed + every;
+        let mut last_error = String::from("no renewal tried");
         let verdict = loop {
-            tokio::time::sleep(every).await;
+            let give_up = confirmed + ttl / 2;
+            tokio::time::sleep_until(next.min(give_up)).await;
             let asked = Instant::now();
-            let error = match tokio::time::timeout(every, renew()).await {
+            if asked >= give_up {
+                break Lost::Unconfirmed(last_error);
+            }
+            let bound = (asked + every).min(give_up);
+            let error = match tokio::time::timeout_at(bound, renew()).await {
                 Ok(Ok(true)) => {
-                    confirmed = asked;
+                    (confirmed, next) = (asked, asked + every);
                     continue;
                 }
                 Ok(Ok(false)) => break Lost::Refused,
                 Ok(Err(e)) => e.to_string(),
-                Err(_) => format!("no answer within {} ms", every.as_millis()),
+                Err(_) => format!("no answer within {} ms", (bound - asked).as_millis()),
             };
             on_error(&error);
-            if confirmed.elapsed() >= ttl / 2 {
-                break Lost::Unconfirmed(error);
-            }
+            last_error = error;
+            next = Instant::now() + ttl / 9;
         };
         tx.send_replace(Some(verdict));
     });
@@ -146,27 +153,45 @@ mod tests {
         assert_eq!(lose(vec![(0, Ok(true)), (0, Ok(false))]).await, (Lost::Refused, 2000, 0));
     }
 
+    const DOWN: (u64, Result<bool, &str>) = (0, Err("down"));
+
     #[tokio::test(start_paused = true)]
-    async fn errors_are_tolerated_for_half_the_lease() {
-        // Confirmed at 1 s; an error at 2 s (1 s since: tolerated); at 3 s (2 s ≥ 1.5 s): lost.
-        let (lost, at, errors) = lose(vec![(0, Ok(true)), (0, Err("down")), (0, Err("down"))]).await;
-        assert_eq!((lost, at, errors), (Lost::Unconfirmed("down".into()), 3000, 2));
+    async fn errors_are_tolerated_until_half_the_lease() {
+        // Confirmed at 1 s; errors at 2 s and 2.33 s (sooner after a
+        // failure); given up at 2.5 s, half the lease after 1 s.
+        let (lost, at, errors) = lose(vec![(0, Ok(true)), DOWN, DOWN, DOWN]).await;
+        assert_eq!((lost, at, errors), (Lost::Unconfirmed("down".into()), 2500, 2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_failed_call_is_retried_sooner_and_the_lease_kept() {
+        let kept = keep(TTL, scripted(vec![(0, Ok(true)), DOWN]), |_| {});
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert!(!kept.is_lost(), "the retry at 2.33 s renewed it");
     }
 
     #[tokio::test(start_paused = true)]
     async fn freshness_is_timed_from_before_the_call() {
-        // Asked at 1 s, confirmed at 1.5 s: the lease surely lasts from 1 s.
-        // The next call, at 2.5 s, fails: 1.5 s since the ask, so it is lost
-        // (timed from the answer it would have been tolerated).
-        let (lost, at, errors) = lose(vec![(500, Ok(true)), (0, Err("down"))]).await;
-        assert_eq!((lost, at, errors), (Lost::Unconfirmed("down".into()), 2500, 1));
+        // Asked at 1 s, confirmed at 1.5 s: the lease surely lasts from 1 s,
+        // so it is given up at 2.5 s (timed from the answer: 3 s).
+        let (lost, at, errors) = lose(vec![(500, Ok(true)), DOWN, DOWN, DOWN]).await;
+        assert_eq!((lost, at, errors), (Lost::Unconfirmed("down".into()), 2500, 2));
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_call_with_no_answer_is_bounded_by_a_third_of_the_lease() {
+    async fn a_call_with_no_answer_never_runs_past_half_the_lease() {
         let (lost, at, errors) = lose(vec![(3_600_000, Ok(true))]).await;
         assert!(matches!(&lost, Lost::Unconfirmed(e) if e.contains("no answer")), "{lost:?}");
-        assert_eq!((at, errors), (2000, 1), "asked at 1 s, given up at 2 s");
+        assert_eq!((at, errors), (1500, 1), "asked at 1 s, given up at 1.5 s");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn never_later_than_half_the_lease_after_the_last_confirmation() {
+        // A fast error, then a call that hangs: given up at 2.5 s, not when
+        // the hanging call would time out (the old rule stopped at 3 s).
+        let (lost, at, _) = lose(vec![(0, Ok(true)), DOWN, (3_600_000, Ok(true))]).await;
+        assert!(matches!(lost, Lost::Unconfirmed(_)));
+        assert_eq!(at, 2500);
     }
 
     #[tokio::test(start_paused = true)]

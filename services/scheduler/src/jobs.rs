@@ -157,6 +157,8 @@ pub struct RunContext {
     store: Arc<dyn Store>,
     cancel: watch::Receiver<bool>,
     refused: AtomicU64,
+    /// How long the tick's ledger is kept (see [`Write::ledger_ttl`]).
+    ledger_ttl: Duration,
 }
 
 impl RunContext {
@@ -165,6 +167,7 @@ impl RunContext {
         job: &'static str,
         store: Arc<dyn Store>,
         cancel: watch::Receiver<bool>,
+        ledger_ttl: Duration,
     ) -> Self {
         Self {
             job,
@@ -176,6 +179,7 @@ impl RunContext {
             store,
             cancel,
             refused: AtomicU64::new(0),
+            ledger_ttl,
         }
     }
 
@@ -198,7 +202,8 @@ impl RunContext {
     /// A fenced write of `script`, named `id` within the tick: add the job's
     /// keys and arguments, then [`WriteCall::apply`].
     pub fn write<'c>(&'c self, script: &Arc<JobScript>, id: impl Into<String>) -> WriteCall<'c> {
-        let write = Write { script: Arc::clone(script), id: id.into(), keys: Vec::new(), args: Vec::new() };
+        let (script, id) = (Arc::clone(script), id.into());
+        let write = Write { script, id, keys: Vec::new(), args: Vec::new(), ledger_ttl: self.ledger_ttl };
         WriteCall { ctx: self, write }
     }
 

@@ -112,6 +112,7 @@ fn histogram(registry: &Registry, name: &str, help: &str, start: f64) -> Histogr
 impl Metrics {
     pub fn new() -> Self {
         let r = Registry::new();
+        let per_job = |name: &str, help: &str| counter(&r, name, help, &["job_name"]);
         Self {
             runs: counter(
                 &r,
@@ -149,41 +150,25 @@ impl Metrics {
                 "Ticks not run on purpose, by reason (overlap, paused).",
                 &["job_name", "reason"],
             ),
-            stale_writes: counter(
-                &r,
+            stale_writes: per_job(
                 "sluice_scheduler_stale_writes_rejected_total",
-                "Writes refused because a newer run of the job holds a newer fencing token.",
-                &["job_name"],
+                "Writes the fence refused: the run no longer held its lease, or a newer run had started.",
             ),
-            claims_lost: counter(
-                &r,
-                "sluice_scheduler_claims_lost_total",
-                "Runs whose lease was lost while they ran.",
-                &["job_name"],
-            ),
-            claims_contended: counter(
-                &r,
+            claims_lost: per_job("sluice_scheduler_claims_lost_total", "Runs whose lease was lost while they ran."),
+            claims_contended: per_job(
                 "sluice_scheduler_claims_contended_total",
                 "Ticks another replica claimed first.",
-                &["job_name"],
             ),
-            takeovers: counter(
-                &r,
-                "sluice_scheduler_takeovers_total",
-                "Ticks whose run died, taken over by this replica.",
-                &["job_name"],
-            ),
+            takeovers: per_job("sluice_scheduler_takeovers_total", "Ticks whose run died, taken over by this replica."),
             running: int_gauge(&r, "sluice_scheduler_running", "Runs in progress on this replica."),
             paused: int_gauge(&r, "sluice_scheduler_paused", "1 while the job is paused."),
             next_tick: gauge(&r, "sluice_scheduler_next_tick_timestamp_seconds", "The job's next tick, Unix seconds."),
-            items: counter(&r, "sluice_scheduler_items_total", "Items the job's runs processed.", &["job_name"]),
-            drift_found: counter(
-                &r,
+            items: per_job("sluice_scheduler_items_total", "Items the job's runs processed."),
+            drift_found: per_job(
                 "sluice_scheduler_drift_found_total",
                 "Items found to differ from the source of truth.",
-                &["job_name"],
             ),
-            drift_repaired: counter(&r, "sluice_scheduler_drift_repaired_total", "Items repaired.", &["job_name"]),
+            drift_repaired: per_job("sluice_scheduler_drift_repaired_total", "Items repaired."),
             errors: counter(
                 &r,
                 "sluice_scheduler_errors_total",

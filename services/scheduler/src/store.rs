@@ -162,6 +162,9 @@ pub struct Write {
     pub id: String,
     pub keys: Vec<String>,
     pub args: Vec<String>,
+    /// How long the tick's ledger is kept: at least the history's lifetime
+    /// and twice the tick's claim, so a takeover or a late end can ask it.
+    pub ledger_ttl: Duration,
 }
 
 /// What a fenced write did.

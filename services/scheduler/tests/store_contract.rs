@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use sluice_scheduler::clock::SystemClock;
 use sluice_scheduler::jobs::JobScript;
-use sluice_scheduler::model::{self, Intent, Outcome, SkipReason, Tick};
+use sluice_scheduler::model::{self, Intent, LostReason, Outcome, SkipReason, Tick};
 use sluice_scheduler::schedule::Schedule;
 use sluice_scheduler::store::memory::MemoryStore;
 use sluice_scheduler::store::redis::RedisStore;
@@ -152,7 +152,10 @@ async fn claim(pair: &Pair, walk: &mut Walk, rng: &mut Lcg, owner: &str, label: 
         if rng.below(6) == 0 { Some(tick.ms - PERIOD_MS) } else { pair.redis.last_tick(JOB).await.expect("redis") };
     let req = claim_request(walk, owner, tick, intent, rng.below(2) == 0, observed);
     let claimed = both!(pair, format!("{label}: claim {tick:?} by {owner}"), |s| s.claim(&req));
-    walk.saw_variant(claimed.outcome);
+    match claimed.outcome {
+        ClaimOutcome::Lost(reason) => walk.saw(format!("Lost({reason:?})")),
+        outcome => walk.saw_variant(outcome),
+    }
     if let Some(dead) = &claimed.resolved {
         walk.saw(format!("Resolved applied={}", dead.applied > 0));
     }
@@ -189,6 +192,7 @@ async fn write(pair: &Pair, walk: &mut Walk, rng: &mut Lcg, label: &str) {
         id: format!("w{}", rng.below(3)),
         keys: vec![pair.counter.clone()],
         args: vec![rng.below(100).to_string()],
+        ledger_ttl: Duration::from_secs(3600),
     };
     let applied: Applied =
         both!(pair, format!("{label}: write {} of {lease:?}", write.id), |s| s.apply(&lease, &write));
@@ -277,7 +281,97 @@ async fn redis_scripts_and_the_memory_model_answer_every_call_alike() {
     {
         assert!(seen.get(kind).is_some_and(|n| *n > 0), "no {kind} answer in the walk: {seen:?}");
     }
-    for kind in ["Resolved applied=true", "Resolved applied=false", "Finished LostClaim", "Finished Succeeded"] {
+    for kind in ["LeaseLost", "Superseded", "Resolved applied=true", "Resolved applied=false", "Finished LostClaim"] {
         assert!(seen.contains_key(kind), "no {kind} in the walk: {seen:?}");
     }
+}
+
+/// The paths a random walk reaches only now and then, walked on purpose:
+/// a dead holder with a write (recorded, never run again), one without
+/// (taken over), a zombie's late write, a retried write and end, a queued
+/// tick paused while it waited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rare_paths_answer_alike_too() {
+    let prefix = format!("{}:", sluice_testkit::unique("sched-contract-paths"));
+    let pair = Pair::new(&prefix, 1000).await;
+    let mut walk = Walk { now_ms: 1_000_000, ..Walk::default() };
+    let run = |owner: &str, tick: Tick, claimed: &sluice_scheduler::store::Claimed| match claimed.outcome {
+        ClaimOutcome::Run { token, .. } => RunLease { job: JOB.into(), tick, owner: owner.into(), token },
+        other => panic!("{owner} did not get {tick:?}: {other:?}"),
+    };
+    let write = |id: &str| Write {
+        script: Arc::clone(&pair.script),
+        id: id.into(),
+        keys: vec![pair.counter.clone()],
+        args: vec!["5".into()],
+        ledger_ttl: Duration::from_secs(3600),
+    };
+    let lapse = || tokio::time::sleep(LEASE + Duration::from_millis(150));
+    let (t1, t2, t3) = (Tick::scheduled(PERIOD_MS), Tick::scheduled(2 * PERIOD_MS), Tick::scheduled(3 * PERIOD_MS));
+
+    // A holder dies after its write: the peer records it and does not run.
+    let req = claim_request(&walk, "a", t1, Intent::Run, false, None);
+    let a = run("a", t1, &both!(pair, "a claims t1", |s| s.claim(&req)));
+    assert_eq!(both!(pair, "a writes", |s| s.apply(&a, &write("x"))), Applied::Written(5));
+    lapse().await;
+    assert_eq!(
+        both!(pair, "a retries its write", |s| s.apply(&a, &write("x"))),
+        Applied::Already(5),
+        "after the lapse too"
+    );
+    let req = claim_request(&walk, "b", t1, Intent::Run, false, Some(t1.ms));
+    let claimed = both!(pair, "b finds a dead", |s| s.claim(&req));
+    assert_eq!(claimed.outcome, ClaimOutcome::Lost(LostReason::Applied));
+    pair.same_history("t1").await;
+
+    // A holder dies before writing: taken over; its late write is refused.
+    walk.now_ms += 10;
+    let req = claim_request(&walk, "a", t2, Intent::Run, false, Some(t1.ms));
+    let a2 = run("a", t2, &both!(pair, "a claims t2", |s| s.claim(&req)));
+    lapse().await;
+    let req = claim_request(&walk, "b", t2, Intent::Run, false, Some(t2.ms));
+    let b2 = run("b", t2, &both!(pair, "b takes t2 over", |s| s.claim(&req)));
+    assert_eq!(both!(pair, "a's zombie write", |s| s.apply(&a2, &write("x"))), Applied::Superseded);
+    assert_eq!(both!(pair, "b writes", |s| s.apply(&b2, &write("x"))), Applied::Written(5));
+    let record = RunRecord {
+        token: b2.token,
+        ended_ms: walk.now_ms,
+        ..RunRecord::new(JOB, t2, "b", Outcome::Succeeded, walk.now_ms)
+    };
+    let end = FinishRequest { lease: b2.clone(), record, claim_keep: CLAIM };
+    let first = both!(pair, "b ends", |s| s.finish(&end));
+    assert_eq!((first.outcome, first.applied), (Outcome::Succeeded, 1));
+    assert_eq!(both!(pair, "b's end retried", |s| s.finish(&end)), first);
+    pair.same_history("t2").await;
+
+    // A tick queued behind a run, then the job paused: recorded as skipped.
+    walk.now_ms += 10;
+    let req = claim_request(&walk, "a", t3, Intent::Run, false, Some(t2.ms));
+    let _a3 = run("a", t3, &both!(pair, "a claims t3", |s| s.claim(&req)));
+    let t4 = Tick::scheduled(4 * PERIOD_MS);
+    let req = claim_request(&walk, "c", t4, Intent::Run, true, Some(t3.ms));
+    assert_eq!(both!(pair, "c queues t4", |s| s.claim(&req)).outcome, ClaimOutcome::Queued);
+    both!(pair, "pause", |s| s.set_paused(JOB, true, "paths"));
+    let queued = QueueRequest {
+        job: JOB.into(),
+        tick: t4,
+        owner: "c".into(),
+        claim_ttl: CLAIM,
+        lease_ttl: LEASE,
+        now_ms: walk.now_ms,
+    };
+    assert_eq!(both!(pair, "c's queued start", |s| s.start_queued(&queued)), Queue::Paused);
+    pair.same_history("t4").await;
+    let history = pair.memory.all_runs(JOB).await.expect("memory");
+    let outcomes: Vec<(i64, Outcome, u64)> = history.iter().map(|r| (r.tick_ms, r.outcome, r.applied)).collect();
+    assert_eq!(
+        outcomes,
+        vec![
+            (t1.ms, Outcome::Abandoned, 1),
+            (t2.ms, Outcome::Abandoned, 0),
+            (t2.ms, Outcome::Succeeded, 1),
+            (t3.ms, Outcome::Running, 0),
+            (t4.ms, Outcome::Skipped, 0),
+        ]
+    );
 }

@@ -92,7 +92,8 @@ impl Inner {
     /// is asked to stop (cancellation), and dropped after the grace.
     async fn run_job(&self, entry: &JobEntry, lease: &RunLease, kept: &mut Kept) -> Ended {
         let (cancel_tx, cancel_rx) = watch::channel(false);
-        let ctx = RunContext::new(lease.clone(), entry.job.name(), Arc::clone(&self.store), cancel_rx);
+        let ledger_ttl = self.config.history_ttl.max(entry.settings.claim_keep() * 2);
+        let ctx = RunContext::new(lease.clone(), entry.job.name(), Arc::clone(&self.store), cancel_rx, ledger_ttl);
         let mut cancel_all = self.cancel_all.subscribe();
         let run = entry.job.run(&ctx);
         tokio::pin!(run);
@@ -192,7 +193,10 @@ impl Inner {
         let poll = (self.config.lease_ttl / 3).min(Duration::from_millis(200));
         let reason = loop {
             if *self.stopping.borrow() {
-                let _ = self.store.leave_queue(job, &owner, tick).await;
+                if let Err(e) = self.store.leave_queue(job, &owner, tick).await {
+                    self.metrics.error(job, Op::Queue);
+                    tracing::warn!(job, tick_ms = tick.ms, error = %e, "Leaving the queue failed; the place lapses with its lease");
+                }
                 break "the scheduler shut down while the tick waited";
             }
             let request = QueueRequest {
@@ -213,7 +217,10 @@ impl Inner {
                 Ok(Queue::Waiting) => {}
                 Ok(Queue::Paused) => return self.metrics.skipped(job, SkipReason::Paused),
                 Ok(Queue::Lost) => break "lost its place in the queue (its lease lapsed)",
-                Err(_) => self.metrics.error(job, Op::Queue),
+                Err(e) => {
+                    self.metrics.error(job, Op::Queue);
+                    tracing::warn!(job, tick_ms = tick.ms, error = %e, "Queued tick: checking for the lease failed");
+                }
             }
             tokio::time::sleep(poll).await;
         };

@@ -57,7 +57,13 @@ impl Inner {
         // A tick that came due while no replica ran may still be in its
         // window; a job that never ran before starts with its next tick.
         let mut cursor = self.now_ms();
-        let has_run = self.store.last_tick(job).await.is_ok_and(|last| last.is_some());
+        let has_run = match self.store.last_tick(job).await {
+            Ok(last) => last.is_some(),
+            Err(e) => {
+                tracing::warn!(job, error = %e, "Could not read the job's last tick; a tick still in its window is left to peers");
+                false
+            }
+        };
         if let Some(latest) = schedule.latest_at_or_before(cursor)
             && has_run
             && cursor - latest <= entry.settings.start_window().as_millis() as i64
@@ -233,7 +239,8 @@ impl Inner {
             }
             ClaimOutcome::Lost(reason) => {
                 self.metrics.claims_contended.with_label_values(&[job]).inc();
-                if reason == LostReason::Held && !tick.manual {
+                // A replica configured paused never takes a tick over.
+                if reason == LostReason::Held && !tick.manual && !entry.settings.paused {
                     tokio::spawn(self.watch_for_takeover(entry, tick));
                 }
             }
@@ -269,7 +276,10 @@ impl Inner {
                     }
                     return;
                 }
-                Err(_) => self.metrics.error(entry.job.name(), Op::Claim),
+                Err(e) => {
+                    self.metrics.error(entry.job.name(), Op::Claim);
+                    tracing::warn!(job = entry.job.name(), tick_ms = tick.ms, error = %e, "Takeover check failed (Redis)");
+                }
             }
         }
     }

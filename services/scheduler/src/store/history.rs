@@ -20,6 +20,7 @@ pub mod texts {
     pub const ABANDONED_APPLIED: &str =
         "its replica stopped after applying the tick's effect, before recording the end; the tick is done";
     pub const ABANDONED_NONE: &str = "its replica stopped before applying any write, without recording an end";
+    pub const ABANDONED_QUEUED: &str = "its replica stopped while the tick waited; taken over";
     pub const SUPERSEDED: &str = "the lease was gone when the run ended: a newer run had started";
 }
 

@@ -8,6 +8,8 @@
 //! and fence around it are the store's own, as in Redis.
 
 mod steps;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};

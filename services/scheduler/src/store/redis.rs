@@ -30,6 +30,7 @@ struct Texts {
     takeover: &'static str,
     abandoned_applied: &'static str,
     abandoned_none: &'static str,
+    abandoned_queued: &'static str,
     superseded: &'static str,
 }
 
@@ -41,6 +42,7 @@ const TEXTS: Texts = Texts {
     takeover: texts::TAKEOVER,
     abandoned_applied: texts::ABANDONED_APPLIED,
     abandoned_none: texts::ABANDONED_NONE,
+    abandoned_queued: texts::ABANDONED_QUEUED,
     superseded: texts::SUPERSEDED,
 };
 
@@ -294,7 +296,7 @@ impl Store for RedisStore {
     async fn apply(&self, lease: &RunLease, write: &Write) -> StoreResult<Applied> {
         let keys = self.keys(&lease.job);
         let header =
-            WriteHeader { token: lease.token, lease: lease.value(), id: &write.id, ttl_ms: self.history.ttl_ms };
+            WriteHeader { token: lease.token, lease: lease.value(), id: &write.id, ttl_ms: ms(write.ledger_ttl) };
         let header = serde_json::to_string(&header).map_err(|e| StoreError::Reply(e.to_string()))?;
         let mut invocation = write.script.redis().prepare_invoke();
         invocation.key(keys.fence()).key(keys.running()).key(keys.ledger(lease.tick)).arg(header);

@@ -61,8 +61,9 @@ pub(super) struct Step<'a> {
     pub keep: usize,
 }
 
+/// A key's value while it lives (Redis keeps a key until its expiry has passed).
 pub(super) fn live(t: &Option<Timed>, now: i64) -> Option<&str> {
-    t.as_ref().filter(|t| t.until > now).map(|t| t.value.as_str())
+    t.as_ref().filter(|t| t.until >= now).map(|t| t.value.as_str())
 }
 
 pub(super) fn timed(value: impl Into<String>, now: i64, ttl: Duration) -> Timed {
@@ -71,7 +72,7 @@ pub(super) fn timed(value: impl Into<String>, now: i64, ttl: Duration) -> Timed 
 
 impl Step<'_> {
     pub(super) fn claim(&self, tick: Tick) -> Option<&str> {
-        self.job.claims.get(&tick).filter(|c| c.until > self.now).map(|c| c.value.as_str())
+        self.job.claims.get(&tick).filter(|c| c.until >= self.now).map(|c| c.value.as_str())
     }
 
     fn lease_held(&self) -> bool {
@@ -178,6 +179,11 @@ fn claim_checks(s: &mut Step<'_>, req: &ClaimRequest, resolved: &mut Option<Reso
             if last != req.observed_last {
                 return lost(LostReason::Retry);
             }
+            if last == Some(t.ms) && s.job.ledgers.get(&t).is_some_and(|l| l.run.is_some()) {
+                *resolved = s.resolve_open();
+                s.mark_done(t.ms);
+                return lost(LostReason::Applied);
+            }
         }
         return Ok(false);
     };
@@ -194,6 +200,11 @@ fn claim_checks(s: &mut Step<'_>, req: &ClaimRequest, resolved: &mut Option<Reso
     if mark.starts_with('q') {
         if live(&s.job.queued, s.now) == Some(current.as_str()) {
             return lost(LostReason::Held);
+        }
+        let waiter = &current[..current.len() - mark.len() - 1];
+        let id = RunRecord::new(&req.job, t, waiter, Outcome::Queued, 0).id();
+        if let Some(rec) = s.job.records.get_mut(&(t.ms, id)) {
+            (rec.outcome, rec.reason) = (Outcome::Abandoned, texts::ABANDONED_QUEUED.into());
         }
     } else if live(&s.job.running, s.now) == Some(current.as_str()) {
         return lost(LostReason::Held);
@@ -318,6 +329,12 @@ pub(super) fn start_queued(s: &mut Step<'_>, rec: RunRecord, claim_ttl: Duration
 /// `fenced.lua`, with the job's script replaced by its model.
 pub(super) fn apply(s: &mut Step<'_>, lease: &RunLease, write: &Write, model: &WriteModel) -> Applied {
     let value = lease.value();
+    let ledger = s.job.ledgers.get(&lease.tick);
+    if let Some(reply) =
+        ledger.filter(|l| l.run.as_deref() == Some(value.as_str())).and_then(|l| l.replies.get(&write.id))
+    {
+        return Applied::Already(*reply);
+    }
     if lease.token < s.job.fence {
         return Applied::Superseded;
     }
@@ -327,9 +344,6 @@ pub(super) fn apply(s: &mut Step<'_>, lease: &RunLease, write: &Write, model: &W
     let ledger = s.job.ledgers.entry(lease.tick).or_default();
     if ledger.run.as_deref().is_some_and(|r| r != value) {
         return Applied::OtherRun;
-    }
-    if let Some(reply) = ledger.replies.get(&write.id) {
-        return Applied::Already(*reply);
     }
     let reply = model(lease, write);
     ledger.run = Some(value);

@@ -24,6 +24,15 @@ if current then
   if last and t.ms < last then return reply({ lost = 'superseded' }) end
   if string.sub(mark, 1, 1) == 'q' then
     if redis.call('GET', k('queued')) == current then return reply({ lost = 'held' }) end
+    -- Its waiter died: its queued record ends here.
+    local waiter = string.sub(current, 1, #current - #mark - 1)
+    local id = t.name .. '-queued-' .. waiter
+    local raw = redis.call('GET', k('run:' .. id))
+    if raw then
+      local rec = cjson.decode(raw)
+      rec.outcome, rec.reason = 'abandoned', req.texts.abandoned_queued
+      redis.call('SET', k('run:' .. id), cjson.encode(rec), 'KEEPTTL')
+    end
   elseif redis.call('GET', k('running')) == current then
     return reply({ lost = 'held' })
   else
@@ -39,6 +48,13 @@ elseif not t.manual then
   if last and t.ms == last and done and done >= t.ms then return reply({ lost = 'done' }) end
   -- The caller computed the missed ticks from the last tick it saw.
   if last ~= req.observed_last then return reply({ lost = 'retry' }) end
+  -- The claim of a tick claimed before can be gone (evicted, a short history
+  -- TTL): its ledger still says whether its effect was applied.
+  if last == t.ms and redis.call('HEXISTS', k('ledger:' .. t.name), 'run') == 1 then
+    resolved = resolve_open()
+    mark_done(t.ms)
+    return reply({ lost = 'applied' })
+  end
 end
 if not t.manual and (not last or t.ms > last) then
   redis.call('HSET', k('state'), 'last_tick', t.name)

@@ -1,13 +1,16 @@
 -- A job's fenced write, applied at most once per tick and write id. The
 -- job's script body is wrapped as `body` (it sees only its own KEYS and ARGV).
 -- KEYS: fence, lease, the tick's ledger, then the job's keys. ARGV[1]: JSON
--- {token, lease, id, ttl_ms}, then the job's arguments.
+-- {token, lease, id, ttl_ms}, then the job's arguments. Replies are written
+-- by hand: cjson would print a large integer as 1e+14.
 local w = cjson.decode(ARGV[1])
-if w.token < tonumber(redis.call('GET', KEYS[1]) or '0') then return cjson.encode('superseded') end
-if redis.call('GET', KEYS[2]) ~= w.lease then return cjson.encode('lease_lost') end
 local ledger = redis.call('HMGET', KEYS[3], 'run', 'w:' .. w.id)
-if ledger[1] and ledger[1] ~= w.lease then return cjson.encode('other_run') end
-if ledger[2] then return cjson.encode({ already = tonumber(ledger[2]) }) end
+-- Applied before by this run (a retry after a lost reply): its first reply,
+-- even if the lease lapsed since.
+if ledger[1] == w.lease and ledger[2] then return '{"already":' .. ledger[2] .. '}' end
+if w.token < tonumber(redis.call('GET', KEYS[1]) or '0') then return '"superseded"' end
+if redis.call('GET', KEYS[2]) ~= w.lease then return '"lease_lost"' end
+if ledger[1] and ledger[1] ~= w.lease then return '"other_run"' end
 local keys, args = {}, {}
 for i = 4, #KEYS do keys[#keys + 1] = KEYS[i] end
 for i = 2, #ARGV do args[#args + 1] = ARGV[i] end
@@ -16,6 +19,6 @@ for i = 2, #ARGV do args[#args + 1] = ARGV[i] end
 redis.call('HSET', KEYS[3], 'run', w.lease, 'w:' .. w.id, 0)
 redis.call('HINCRBY', KEYS[3], 'writes', 1)
 redis.call('PEXPIRE', KEYS[3], w.ttl_ms)
-local reply = tonumber(body(keys, args)) or 0
+local reply = string.format('%.0f', tonumber(body(keys, args)) or 0)
 redis.call('HSET', KEYS[3], 'w:' .. w.id, reply)
-return cjson.encode({ written = reply })
+return '{"written":' .. reply .. '}'
