@@ -2,7 +2,20 @@
 //! consumers it watches, so it never goes silent when they stop.
 //!
 //! - [`wire`]: a small Kafka client of our own (batched offsets and groups).
+//! - [`model`]: what the readings mean (lag states, time lag, rates, status,
+//!   rebalances), pure and tested.
+//! - [`poller`]: one poll of everything; [`picture`]: the readings and the
+//!   state kept across polls assembled into the current picture.
+//! - [`metrics`] (kafka_exporter's names and `sluice_lag_…`), [`http`] (the
+//!   picture as JSON), [`cli`] (`sluice-lag describe`), [`config`].
 
 #![forbid(unsafe_code)]
 
+pub mod cli;
+pub mod config;
+pub mod http;
+pub mod metrics;
+pub mod model;
+pub mod picture;
+pub mod poller;
 pub mod wire;

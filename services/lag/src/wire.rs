@@ -15,7 +15,7 @@ mod scram;
 pub mod security;
 
 pub use cluster::Cluster;
-pub use ops::{GroupDescription, GroupListing, Member, Offsets, PerPartition, RecordTime};
+pub use ops::{GroupDescription, GroupListing, Member, Offsets, PerPartition, RecordTime, TopicConfig};
 
 /// A topic and partition.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

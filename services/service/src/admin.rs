@@ -48,6 +48,19 @@ pub async fn serve(
     ready: ReadyCheck,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<std::io::Result<()>>)> {
+    serve_with(addr, service, registry, ready, Router::new(), shutdown).await
+}
+
+/// [`serve`], with the service's own `routes` beside the standard three
+/// (a service's JSON endpoints).
+pub async fn serve_with(
+    addr: SocketAddr,
+    service: &str,
+    registry: Registry,
+    ready: ReadyCheck,
+    routes: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<std::io::Result<()>>)> {
     let ready_gauge =
         IntGauge::new(format!("sluice_{service}_ready"), "1 while /ready answers 200 (checked at each scrape)")
             .and_then(|g| registry.register(Box::new(g.clone())).map(|()| g))
@@ -58,7 +71,8 @@ pub async fn serve(
         .route("/live", get(|| async { "live\n" }))
         .route("/ready", get(ready_handler))
         .route("/metrics", get(metrics_handler))
-        .with_state(AdminState { registry, ready, ready_gauge });
+        .with_state(AdminState { registry, ready, ready_gauge })
+        .merge(routes);
     let task = tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(shutdown).await });
     Ok((local, task))
 }

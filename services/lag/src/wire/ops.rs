@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use bytes::{Buf, Bytes};
 use futures_util::future::join_all;
 use kafka_protocol::messages::consumer_group_describe_request::ConsumerGroupDescribeRequest;
+use kafka_protocol::messages::describe_configs_request::{DescribeConfigsRequest, DescribeConfigsResource};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic};
 use kafka_protocol::messages::offset_fetch_request::{OffsetFetchRequest, OffsetFetchRequestGroup};
@@ -61,6 +62,15 @@ pub struct Offsets {
     pub latest: i64,
     /// The last stable offset (what a `read_committed` reader reaches).
     pub stable: i64,
+}
+
+/// What a topic's configuration says about lag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopicConfig {
+    /// `retention.ms` (`None`: unlimited).
+    pub retention_ms: Option<i64>,
+    /// `message.timestamp.type=LogAppendTime`.
+    pub log_append_time: bool,
 }
 
 /// The record at (or first after) an offset, and its timestamp.
@@ -368,6 +378,47 @@ impl Cluster {
             Err(e) => out.extend(classic.iter().map(|g| (g.clone(), Err(e.clone())))),
         }
         out
+    }
+
+    /// `retention.ms` and the timestamp type of every topic, in one
+    /// `DescribeConfigs`.
+    pub async fn topic_configs(&self, topics: &[String]) -> HashMap<String, Result<TopicConfig, WireError>> {
+        let fail = |e: WireError| topics.iter().map(|t| (t.clone(), Err(e.clone()))).collect();
+        let brokers = self.brokers();
+        let Some(any) = brokers.first() else { return fail(WireError::Io("no broker known".into())) };
+        let keys = || {
+            Some(vec![StrBytes::from_static_str("retention.ms"), StrBytes::from_static_str("message.timestamp.type")])
+        };
+        let build = |_| {
+            let resources = topics.iter().map(|t| {
+                DescribeConfigsResource::default()
+                    .with_resource_type(2)
+                    .with_resource_name(StrBytes::from_string(t.clone()))
+                    .with_configuration_keys(keys())
+            });
+            DescribeConfigsRequest::default().with_resources(resources.collect())
+        };
+        match self.call_broker(*any, 4, build).await {
+            Ok(response) => response
+                .results
+                .iter()
+                .map(|r| {
+                    let get = |name: &str| {
+                        r.configs
+                            .iter()
+                            .find(|c| c.name.as_str() == name)
+                            .and_then(|c| c.value.as_ref())
+                            .map(|v| v.as_str().to_string())
+                    };
+                    let config = kafka("DescribeConfigs", r.error_code).map(|()| TopicConfig {
+                        retention_ms: get("retention.ms").and_then(|v| v.parse().ok()).filter(|ms: &i64| *ms >= 0),
+                        log_append_time: get("message.timestamp.type").is_some_and(|v| v == "LogAppendTime"),
+                    });
+                    (r.resource_name.as_str().to_string(), config)
+                })
+                .collect(),
+            Err(e) => fail(e),
+        }
     }
 
     /// The record at each wanted offset (or the first after it: a compacted

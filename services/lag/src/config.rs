@@ -1,0 +1,200 @@
+//! sluice-lag's configuration, from `SLUICE_LAG_…` variables; every bad or
+//! unknown one is reported by name at start.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use regex::Regex;
+use sluice_service::env::EnvReader;
+
+use crate::model::status::Thresholds;
+use crate::wire::security::Security;
+
+/// One group's settings beyond the defaults.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GroupSettings {
+    pub thresholds: Thresholds,
+    /// The group reads `read_committed`: its lag is measured against the last
+    /// stable offset.
+    pub read_committed: bool,
+}
+
+/// Everything sluice-lag needs to run.
+#[derive(Debug, Clone)]
+pub struct LagConfig {
+    pub brokers: String,
+    pub security: Security,
+    /// Groups watched by name (always reported, even while they have no
+    /// members or do not exist yet).
+    pub groups: Vec<String>,
+    /// Groups watched by pattern (found with `ListGroups`).
+    pub groups_regex: Option<Regex>,
+    pub poll_interval: Duration,
+    /// Bounds every connect and every request.
+    pub request_timeout: Duration,
+    /// Rates (produce, consume, velocity, time to drain) are over this window.
+    pub rate_window: Duration,
+    /// A pattern-matched group no longer listed is still reported this long.
+    pub inactive_ttl: Duration,
+    pub defaults: GroupSettings,
+    /// Per group, by name.
+    pub per_group: BTreeMap<String, GroupSettings>,
+    pub admin_listen: SocketAddr,
+}
+
+impl LagConfig {
+    /// A group's settings.
+    pub fn settings(&self, group: &str) -> &GroupSettings {
+        self.per_group.get(group).unwrap_or(&self.defaults)
+    }
+
+    pub fn read(env: &mut EnvReader) -> Self {
+        let properties = env.kafka_properties();
+        let security = Security::from_properties(&properties).unwrap_or_else(|problems| {
+            let name = env.name("KAFKA_PROPERTIES");
+            for p in problems {
+                env.problem(format!("{name}: {p}"));
+            }
+            Security::default()
+        });
+        let groups: String = env.or("GROUPS", String::new());
+        let groups: Vec<String> =
+            groups.split(',').map(str::trim).filter(|g| !g.is_empty()).map(String::from).collect();
+        let groups_regex =
+            env.optional::<String>("GROUPS_REGEX").and_then(|pattern| match Regex::new(&format!("^(?:{pattern})$")) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    let name = env.name("GROUPS_REGEX");
+                    env.problem(format!("{name}: {e}"));
+                    None
+                }
+            });
+        if groups.is_empty() && groups_regex.is_none() {
+            let (a, b) = (env.name("GROUPS"), env.name("GROUPS_REGEX"));
+            env.problem(format!("{a} or {b}: name the groups to watch"));
+        }
+        let defaults = GroupSettings {
+            thresholds: Thresholds {
+                window: env.millis("STATUS_WINDOW_MS", Duration::from_secs(300)),
+                stall_after: env.millis("STALL_AFTER_MS", Duration::from_secs(60)),
+                warn_time_lag: env.optional::<u64>("WARN_TIME_LAG_MS").map(Duration::from_millis),
+                warn_lag: env.optional("WARN_LAG"),
+            },
+            read_committed: false,
+        };
+        let per_group = match env.optional::<String>("GROUP_SETTINGS") {
+            Some(text) => parse_group_settings(&text, &defaults).unwrap_or_else(|e| {
+                let name = env.name("GROUP_SETTINGS");
+                env.problem(format!("{name}: {e}"));
+                BTreeMap::new()
+            }),
+            None => BTreeMap::new(),
+        };
+        let config = Self {
+            brokers: env.required("BROKERS").unwrap_or_default(),
+            security,
+            groups,
+            groups_regex,
+            poll_interval: env.millis("POLL_INTERVAL_MS", Duration::from_secs(5)),
+            request_timeout: env.millis("REQUEST_TIMEOUT_MS", Duration::from_secs(10)),
+            rate_window: env.millis("RATE_WINDOW_MS", Duration::from_secs(60)),
+            inactive_ttl: env.millis("INACTIVE_TTL_MS", Duration::from_secs(600)),
+            defaults,
+            per_group,
+            admin_listen: env.or("ADMIN_LISTEN", SocketAddr::from(([0, 0, 0, 0], 9096))),
+        };
+        if config.poll_interval < Duration::from_millis(200) {
+            let name = env.name("POLL_INTERVAL_MS");
+            env.problem(format!("{name} must be at least 200"));
+        }
+        if config.rate_window < config.poll_interval * 2 {
+            let (a, b) = (env.name("RATE_WINDOW_MS"), env.name("POLL_INTERVAL_MS"));
+            env.problem(format!("{a} must be at least twice {b} (a rate needs two polls)"));
+        }
+        config
+    }
+}
+
+/// `group: key=value key=value; group: …` with keys `stall_after_ms`,
+/// `window_ms`, `warn_time_lag_ms`, `warn_lag`, `read_committed`.
+pub fn parse_group_settings(text: &str, defaults: &GroupSettings) -> Result<BTreeMap<String, GroupSettings>, String> {
+    let mut out = BTreeMap::new();
+    for entry in text.split(';').map(str::trim).filter(|e| !e.is_empty()) {
+        let (group, pairs) =
+            entry.split_once(':').ok_or_else(|| format!("expected `group: key=value …`, got {entry:?}"))?;
+        let mut settings = defaults.clone();
+        for pair in pairs.split_whitespace() {
+            let (key, value) =
+                pair.split_once('=').ok_or_else(|| format!("{group}: expected key=value, got {pair:?}"))?;
+            let number = || value.parse::<u64>().map_err(|_| format!("{group}: {key}={value:?} is not a number"));
+            match key {
+                "stall_after_ms" => settings.thresholds.stall_after = Duration::from_millis(number()?),
+                "window_ms" => settings.thresholds.window = Duration::from_millis(number()?),
+                "warn_time_lag_ms" => settings.thresholds.warn_time_lag = Some(Duration::from_millis(number()?)),
+                "warn_lag" => settings.thresholds.warn_lag = Some(number()? as i64),
+                "read_committed" => {
+                    settings.read_committed = value.parse().map_err(|_| format!("{group}: read_committed={value:?}"))?
+                }
+                other => return Err(format!("{group}: unknown setting {other:?}")),
+            }
+        }
+        out.insert(group.trim().to_string(), settings);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> EnvReader {
+        EnvReader::from_vars("L_", pairs.iter().map(|(k, v)| (format!("L_{k}"), v.to_string())))
+    }
+
+    #[test]
+    fn groups_by_name_and_pattern_with_settings_per_group() {
+        let mut e = env(&[
+            ("BROKERS", "k:9092"),
+            ("GROUPS", "sluice-processor, other"),
+            ("GROUPS_REGEX", "team-.*"),
+            (
+                "GROUP_SETTINGS",
+                "sluice-processor: stall_after_ms=30000 warn_time_lag_ms=10000; other: read_committed=true",
+            ),
+        ]);
+        let c = LagConfig::read(&mut e);
+        assert!(e.finish().is_ok());
+        assert_eq!(c.groups, ["sluice-processor", "other"]);
+        assert!(c.groups_regex.as_ref().is_some_and(|r| r.is_match("team-a") && !r.is_match("xteam-a")));
+        let p = c.settings("sluice-processor");
+        assert_eq!(
+            (p.thresholds.stall_after, p.thresholds.warn_time_lag),
+            (Duration::from_secs(30), Some(Duration::from_secs(10)))
+        );
+        assert!(c.settings("other").read_committed);
+        assert_eq!(c.settings("team-a"), &c.defaults);
+    }
+
+    #[test]
+    fn bad_settings_name_their_variable() {
+        let mut e = env(&[
+            ("KAFKA_PROPERTIES", "linger.ms=5"),
+            ("GROUPS_REGEX", "("),
+            ("GROUP_SETTINGS", "g: stall=1"),
+            ("POLL_INTERVAL_MS", "5000"),
+            ("RATE_WINDOW_MS", "6000"),
+        ]);
+        let _ = LagConfig::read(&mut e);
+        let text = e.finish().expect_err("problems").to_string();
+        for name in [
+            "L_BROKERS",
+            "L_KAFKA_PROPERTIES: linger.ms",
+            "L_GROUPS_REGEX",
+            "L_GROUP_SETTINGS: g: unknown setting",
+            "L_RATE_WINDOW_MS",
+        ] {
+            assert!(text.contains(name), "{name} missing from: {text}");
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! sluice-lag: polls the configured Kafka groups' offsets and record
+//! timestamps, exports them (`/metrics`, `/groups`), and never depends on the
+//! consumers it watches. `sluice-lag describe --group G` prints one group
+//! from a running instance. Configuration: `SLUICE_LAG_…` (README and
+//! `sluice_lag::config`); a bad or unknown variable stops it with status 2.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use sluice_lag::config::LagConfig;
+use sluice_lag::metrics::Metrics;
+use sluice_lag::picture::Picture;
+use sluice_lag::poller::{Poller, next_wait};
+use sluice_service::env::EnvReader;
+use sluice_service::{signal, telemetry};
+use tokio::sync::watch;
+
+fn main() -> anyhow::Result<()> {
+    if std::env::args().nth(1).as_deref() == Some("describe") {
+        use clap::Parser;
+        let args = sluice_lag::cli::DescribeArgs::parse_from(std::env::args().skip(1));
+        use std::io::Write;
+        return match sluice_lag::cli::describe(&args) {
+            Ok(text) => Ok(std::io::stdout().write_all(text.as_bytes())?),
+            Err(e) => anyhow::bail!(e),
+        };
+    }
+    telemetry::init();
+    let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
+    let result = tokio.block_on(run());
+    tokio.shutdown_timeout(Duration::from_secs(1));
+    result
+}
+
+async fn run() -> anyhow::Result<()> {
+    let mut env = EnvReader::from_env("SLUICE_LAG_");
+    let config = Arc::new(LagConfig::read(&mut env));
+    if let Err(e) = env.finish() {
+        tracing::error!("{e}");
+        std::process::exit(2);
+    }
+    let metrics = Metrics::new();
+    let (picture_tx, picture_rx) = watch::channel(Arc::new(Picture::default()));
+    // Ready while polls succeed: the last clean poll is recent.
+    let last_ok = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let (seen, stale_after) =
+        (Arc::clone(&last_ok), (config.poll_interval * 3 + config.request_timeout).as_millis() as i64);
+    let ready: sluice_service::admin::ReadyCheck = Arc::new(move || {
+        let at = seen.load(std::sync::atomic::Ordering::SeqCst);
+        if at == 0 {
+            return Err("no complete poll yet".into());
+        }
+        let age = sluice_core::clock::now_ms() - at;
+        if age > stale_after { Err(format!("the last complete poll was {age} ms ago")) } else { Ok(()) }
+    });
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = async move {
+        let mut rx = stop_rx;
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let routes = sluice_lag::http::routes(picture_rx);
+    let (addr, admin) =
+        sluice_service::admin::serve_with(config.admin_listen, "lag", metrics.registry.clone(), ready, routes, stopped)
+            .await
+            .with_context(|| format!("binding the admin port {}", config.admin_listen))?;
+    tracing::info!(%addr, groups = ?config.groups, pattern = ?config.groups_regex.as_ref().map(|r| r.as_str()), "sluice-lag serving");
+    let mut poller = Poller::new(Arc::clone(&config));
+    let shutdown = signal::shutdown();
+    tokio::pin!(shutdown);
+    loop {
+        let started = Instant::now();
+        let (picture, errors) = poller.poll(sluice_core::clock::now_ms()).await;
+        let took = started.elapsed();
+        metrics.publish(&picture, took.as_secs_f64(), &errors);
+        if errors.is_empty() {
+            last_ok.store(picture.at_ms, std::sync::atomic::Ordering::SeqCst);
+        } else {
+            tracing::warn!(?errors, "Poll incomplete");
+        }
+        picture_tx.send_replace(Arc::new(picture));
+        tokio::select! {
+            () = tokio::time::sleep(next_wait(config.poll_interval, took)) => {}
+            () = &mut shutdown => break,
+        }
+    }
+    let _ = stop_tx.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(2), admin).await;
+    tracing::info!("sluice-lag stopped");
+    Ok(())
+}

@@ -1,0 +1,190 @@
+//! A partition's recent samples (one per poll), and what they say: produce
+//! and consume rates, lag velocity, time to drain, how long the committed
+//! offset has stood still, whether it went back. Everything is over windows
+//! of *time*, whatever the commit or poll rate.
+
+use std::collections::VecDeque;
+
+use serde::Serialize;
+
+/// One poll's view of a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sample {
+    pub at_ms: i64,
+    /// The log end offset (the end the group is measured against).
+    pub end: i64,
+    pub committed: Option<i64>,
+    pub lag: Option<i64>,
+}
+
+/// Records per second over a window.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Rates {
+    pub produce: f64,
+    /// `None` if the committed offset went back in the window (a reset).
+    pub consume: Option<f64>,
+}
+
+impl Rates {
+    /// Lag growth, records/s (produce − consume).
+    pub fn velocity(&self) -> Option<f64> {
+        self.consume.map(|c| self.produce - c)
+    }
+
+    /// Seconds until `lag` is consumed at these rates; `None`: never (not
+    /// draining, or the rates are unknown).
+    pub fn drain_seconds(&self, lag: i64) -> Option<f64> {
+        let net = self.consume? - self.produce;
+        if lag == 0 {
+            Some(0.0)
+        } else if net > 0.0 {
+            Some(lag as f64 / net)
+        } else {
+            None
+        }
+    }
+}
+
+/// The samples of the last `keep_ms`.
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    samples: VecDeque<Sample>,
+    keep_ms: i64,
+}
+
+impl History {
+    pub fn new(keep_ms: i64) -> Self {
+        Self { samples: VecDeque::new(), keep_ms }
+    }
+
+    pub fn push(&mut self, sample: Sample) {
+        if self.samples.back().is_some_and(|last| last.at_ms >= sample.at_ms) {
+            return;
+        }
+        self.samples.push_back(sample);
+        while self.samples.front().is_some_and(|first| sample.at_ms - first.at_ms > self.keep_ms) {
+            self.samples.pop_front();
+        }
+    }
+
+    pub fn latest(&self) -> Option<&Sample> {
+        self.samples.back()
+    }
+
+    /// The samples within `window_ms` of the newest.
+    fn within(&self, window_ms: i64) -> impl Iterator<Item = &Sample> {
+        let newest = self.samples.back().map_or(0, |s| s.at_ms);
+        self.samples.iter().filter(move |s| newest - s.at_ms <= window_ms)
+    }
+
+    /// How much of `window_ms` the samples cover.
+    pub fn span_ms(&self, window_ms: i64) -> i64 {
+        let mut within = self.within(window_ms);
+        match (within.next(), self.samples.back()) {
+            (Some(first), Some(last)) => last.at_ms - first.at_ms,
+            _ => 0,
+        }
+    }
+
+    /// Rates over the last `window_ms` (at least two samples apart).
+    pub fn rates(&self, window_ms: i64) -> Option<Rates> {
+        let first = self.within(window_ms).next()?;
+        let last = self.samples.back()?;
+        let seconds = (last.at_ms - first.at_ms) as f64 / 1000.0;
+        if seconds <= 0.0 {
+            return None;
+        }
+        let produce = (last.end - first.end).max(0) as f64 / seconds;
+        let consume = match (first.committed, last.committed) {
+            (Some(a), Some(b)) if !self.rewound(window_ms) && b >= a => Some((b - a) as f64 / seconds),
+            _ => None,
+        };
+        Some(Rates { produce, consume })
+    }
+
+    /// Since when the committed offset has stood at its current value (the
+    /// oldest sample kept if it never moved), or `None` without a commit.
+    pub fn still_since_ms(&self) -> Option<i64> {
+        let current = self.samples.back()?.committed?;
+        let mut since = self.samples.back()?.at_ms;
+        for s in self.samples.iter().rev() {
+            if s.committed != Some(current) {
+                break;
+            }
+            since = s.at_ms;
+        }
+        Some(since)
+    }
+
+    /// Whether the committed offset went back within `window_ms`.
+    pub fn rewound(&self, window_ms: i64) -> bool {
+        let committed: Vec<i64> = self.within(window_ms).filter_map(|s| s.committed).collect();
+        committed.windows(2).any(|w| w[1] < w[0])
+    }
+
+    /// Lag that grew through the whole window: every lag of its newer half
+    /// is above every lag of its older half (a sawtooth does not count).
+    pub fn lag_growing(&self, window_ms: i64) -> bool {
+        let lags: Vec<(i64, i64)> = self.within(window_ms).filter_map(|s| s.lag.map(|l| (s.at_ms, l))).collect();
+        let (Some(first), Some(last)) = (lags.first(), lags.last()) else { return false };
+        if last.0 - first.0 < window_ms / 2 {
+            return false;
+        }
+        let middle = first.0 + (last.0 - first.0) / 2;
+        let older = lags.iter().filter(|(t, _)| *t <= middle).map(|(_, l)| *l).max();
+        let newer = lags.iter().filter(|(t, _)| *t > middle).map(|(_, l)| *l).min();
+        matches!((older, newer), (Some(o), Some(n)) if n > o)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn history(points: &[(i64, i64, Option<i64>)]) -> History {
+        let mut h = History::new(600_000);
+        for (at, end, committed) in points {
+            h.push(Sample { at_ms: *at, end: *end, committed: *committed, lag: committed.map(|c| end - c) });
+        }
+        h
+    }
+
+    #[test]
+    fn rates_velocity_and_drain() {
+        // 10 s: 1,000 produced, 1,500 consumed.
+        let h = history(&[(0, 1_000, Some(0)), (5_000, 1_500, Some(700)), (10_000, 2_000, Some(1_500))]);
+        let r = h.rates(60_000).expect("rates");
+        assert_eq!((r.produce, r.consume), (100.0, Some(150.0)));
+        assert_eq!(r.velocity(), Some(-50.0));
+        assert_eq!(r.drain_seconds(500), Some(10.0));
+        let falling_behind = Rates { produce: 200.0, consume: Some(150.0) };
+        assert_eq!(falling_behind.drain_seconds(500), None, "never drains");
+        assert_eq!(falling_behind.drain_seconds(0), Some(0.0), "nothing to drain");
+        assert!(history(&[(0, 1, Some(0))]).rates(60_000).is_none(), "one sample says nothing");
+    }
+
+    #[test]
+    fn standing_still_and_going_back() {
+        let h = history(&[(0, 10, Some(5)), (5_000, 20, Some(7)), (10_000, 30, Some(7)), (15_000, 40, Some(7))]);
+        assert_eq!(h.still_since_ms(), Some(5_000));
+        assert!(!h.rewound(60_000));
+        let reset = history(&[(0, 10, Some(9)), (5_000, 10, Some(2)), (10_000, 10, Some(4))]);
+        assert!(reset.rewound(60_000));
+        assert!(!reset.rewound(4_000), "outside the window");
+        assert_eq!(reset.rates(60_000).and_then(|r| r.consume), None, "no rate across a reset");
+    }
+
+    #[test]
+    fn growth_must_span_the_window_not_a_sawtooth() {
+        let steady: Vec<(i64, i64, Option<i64>)> =
+            (0..20).map(|i| (i * 5_000, 1_000 + i * 100, Some(950 + i * 100))).collect();
+        assert!(!history(&steady).lag_growing(60_000));
+        let growing: Vec<_> = (0..20).map(|i| (i * 5_000, 1_000 + i * 100, Some(1_000 + i * 60))).collect();
+        assert!(history(&growing).lag_growing(60_000));
+        let sawtooth: Vec<_> =
+            (0..20).map(|i| (i * 5_000, 1_000 + i * 100, Some(1_000 + i * 100 - (i % 4) * 50))).collect();
+        assert!(!history(&sawtooth).lag_growing(60_000));
+        let short: Vec<_> = (0..3).map(|i| (i * 5_000, 1_000 + i * 100, Some(1_000))).collect();
+        assert!(!history(&short).lag_growing(60_000), "too little of the window seen");
+    }
+}
