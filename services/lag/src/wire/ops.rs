@@ -208,9 +208,7 @@ impl Cluster {
 
     /// Every group of every broker (`ListGroups`, sent to all).
     pub async fn list_groups(&self) -> Result<Vec<GroupListing>, WireError> {
-        if self.brokers().is_empty() {
-            self.metadata(Some(&[])).await?;
-        }
+        self.known_brokers().await?;
         let calls = self.brokers().into_iter().map(|id| self.call_broker(id, 5, |_| ListGroupsRequest::default()));
         let mut groups = Vec::new();
         for response in join_all(calls).await {
@@ -230,13 +228,15 @@ impl Cluster {
     /// The coordinator of every group, in one `FindCoordinator` (v4+).
     pub async fn coordinators(&self, groups: &[String]) -> HashMap<String, Result<i32, WireError>> {
         let fail = |e: WireError| groups.iter().map(|g| (g.clone(), Err(e.clone()))).collect();
-        let brokers = self.brokers();
-        let Some(any) = brokers.first() else { return fail(WireError::Io("no broker known".into())) };
+        let any = match self.known_brokers().await {
+            Ok(brokers) => brokers[0],
+            Err(e) => return fail(e),
+        };
         let build = |_| {
             let keys = groups.iter().map(|g| StrBytes::from_string(g.clone())).collect();
             FindCoordinatorRequest::default().with_key_type(0).with_coordinator_keys(keys)
         };
-        match self.call_broker(*any, 6, build).await {
+        match self.call_broker(any, 6, build).await {
             Ok(response) => response
                 .coordinators
                 .iter()
@@ -244,6 +244,15 @@ impl Cluster {
                 .collect(),
             Err(e) => fail(e),
         }
+    }
+
+    /// The brokers, from metadata if none is known yet (never empty on `Ok`).
+    async fn known_brokers(&self) -> Result<Vec<i32>, WireError> {
+        if self.brokers().is_empty() {
+            self.metadata(Some(&[])).await?;
+        }
+        let brokers = self.brokers();
+        if brokers.is_empty() { Err(WireError::Protocol("the metadata lists no broker".into())) } else { Ok(brokers) }
     }
 
     fn by_coordinator(coordinators: &HashMap<String, Result<i32, WireError>>) -> BTreeMap<i32, Vec<String>> {
@@ -384,8 +393,10 @@ impl Cluster {
     /// `DescribeConfigs`.
     pub async fn topic_configs(&self, topics: &[String]) -> HashMap<String, Result<TopicConfig, WireError>> {
         let fail = |e: WireError| topics.iter().map(|t| (t.clone(), Err(e.clone()))).collect();
-        let brokers = self.brokers();
-        let Some(any) = brokers.first() else { return fail(WireError::Io("no broker known".into())) };
+        let any = match self.known_brokers().await {
+            Ok(brokers) => brokers[0],
+            Err(e) => return fail(e),
+        };
         let keys = || {
             Some(vec![StrBytes::from_static_str("retention.ms"), StrBytes::from_static_str("message.timestamp.type")])
         };
@@ -398,7 +409,7 @@ impl Cluster {
             });
             DescribeConfigsRequest::default().with_resources(resources.collect())
         };
-        match self.call_broker(*any, 4, build).await {
+        match self.call_broker(any, 4, build).await {
             Ok(response) => response
                 .results
                 .iter()

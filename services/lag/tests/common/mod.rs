@@ -1,0 +1,157 @@
+//! What sluice-lag's integration tests share: a sluice-lag process watching
+//! the test's groups, its picture read from `/groups/{group}`, records
+//! produced with known timestamps, offsets committed by the test, and Kafka's
+//! own `ConsumerGroupCommand` from the broker's jars.
+
+#![allow(dead_code)]
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Offset, TopicPartitionList};
+use sluice_lag::picture::GroupPicture;
+use sluice_service::process::{Spawned, http_get, wait_ready};
+use sluice_testkit::free_port;
+
+pub const POLL_MS: u64 = 500;
+
+/// A sluice-lag process.
+pub struct Lag {
+    pub port: u16,
+    pub process: Spawned,
+}
+
+impl Lag {
+    /// Watches `groups` with `env` on top (names without `SLUICE_LAG_`).
+    pub async fn start(name: &str, groups: &[&str], env: &[(&str, &str)]) -> Self {
+        let port = free_port();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice-lag"));
+        cmd.env("SLUICE_LOG_FORMAT", "plain")
+            .env("SLUICE_LAG_BROKERS", sluice_testkit::kafka().brokers)
+            .env("SLUICE_LAG_GROUPS", groups.join(","))
+            .env("SLUICE_LAG_ADMIN_LISTEN", format!("127.0.0.1:{port}"))
+            .env("SLUICE_LAG_POLL_INTERVAL_MS", POLL_MS.to_string())
+            .env("SLUICE_LAG_RATE_WINDOW_MS", "3000")
+            .env("SLUICE_LAG_REQUEST_TIMEOUT_MS", "2000");
+        for (k, v) in env {
+            cmd.env(format!("SLUICE_LAG_{k}"), v);
+        }
+        let log = std::env::temp_dir().join(format!("{name}-lag.log"));
+        let process = Spawned::spawn(&mut cmd, log).expect("starting sluice-lag");
+        let lag = Self { port, process };
+        assert!(wait_ready(port, Duration::from_secs(30)).await, "sluice-lag not ready:\n{}", lag.process.log_tail(30));
+        lag
+    }
+
+    pub fn group(&self, group: &str) -> Option<GroupPicture> {
+        let (code, body) = http_get(self.port, &format!("/groups/{group}"))?;
+        (code == 200).then(|| serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}")))
+    }
+
+    /// Waits until `group`'s picture satisfies `pred`; the picture.
+    pub async fn until(
+        &self,
+        group: &str,
+        limit: Duration,
+        what: &str,
+        pred: impl Fn(&GroupPicture) -> bool,
+    ) -> GroupPicture {
+        let deadline = Instant::now() + limit;
+        loop {
+            let picture = self.group(group);
+            if let Some(p) = picture.as_ref().filter(|p| pred(p)) {
+                return p.clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{group}: not {what} within {limit:?}: {picture:#?}\n{}",
+                self.process.log_tail(20)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub fn metrics(&self) -> String {
+        http_get(self.port, "/metrics").map(|(_, b)| b).unwrap_or_default()
+    }
+}
+
+/// A topic of the test's own.
+pub async fn topic(name: impl AsRef<str>, partitions: i32) -> String {
+    let topic = sluice_testkit::unique(name.as_ref());
+    let spec = sluice_kafka::topics::TopicSpec::new(&topic, partitions);
+    sluice_kafka::topics::ensure_topics(&sluice_testkit::kafka(), &[spec], Duration::from_secs(30))
+        .await
+        .expect("topic");
+    topic
+}
+
+/// Produces `count` records to `partition`, record `i` with `stamp(i)`.
+pub async fn produce(topic: &str, partition: i32, count: i64, stamp: impl Fn(i64) -> i64) {
+    let producer: FutureProducer = sluice_testkit::kafka().producer().create().expect("producer");
+    for i in 0..count {
+        let record = FutureRecord::to(topic).partition(partition).key("k").payload("v").timestamp(stamp(i));
+        producer.send(record, Duration::from_secs(10)).await.expect("sent");
+    }
+}
+
+/// Commits `offsets` (partition, offset) for `group` without joining it.
+pub fn commit(group: &str, topic: &str, offsets: &[(i32, i64)]) {
+    let consumer: BaseConsumer = sluice_testkit::kafka().client().set("group.id", group).create().expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    for (p, o) in offsets {
+        tpl.add_partition_offset(topic, *p, Offset::Offset(*o)).expect("offset");
+    }
+    consumer.commit(&tpl, CommitMode::Sync).expect("commit");
+}
+
+/// One row of `kafka-consumer-groups --describe`: (partition, current, end, lag).
+pub type Row = (i32, Option<i64>, i64, Option<i64>);
+
+/// Kafka's own ConsumerGroupCommand, from the broker's jars.
+pub fn kafka_describe(group: &str, topic: &str) -> Vec<Row> {
+    let libs = format!("{}/.cache/sluice/kafka-4.1.1/libs/*", std::env::var("HOME").unwrap_or_default());
+    let out = Command::new("java")
+        .args(["-Xmx256m", "-cp", &libs, "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"])
+        .args(["--bootstrap-server", &sluice_testkit::kafka().brokers, "--describe", "--group", group])
+        .output()
+        .expect("running ConsumerGroupCommand");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let mut rows: Vec<Row> = text
+        .lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            (f.len() >= 6 && f[1] == topic).then(|| {
+                let num = |s: &str| s.parse::<i64>().ok();
+                (f[2].parse().expect("partition"), num(f[3]), f[4].parse().expect("end"), num(f[5]))
+            })
+        })
+        .collect();
+    rows.sort();
+    assert!(
+        !rows.is_empty(),
+        "ConsumerGroupCommand printed nothing for {group}:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    rows
+}
+
+/// The same rows from sluice-lag's picture.
+pub fn rows(picture: &GroupPicture, topic: &str) -> Vec<Row> {
+    let mut rows: Vec<Row> = picture
+        .partitions
+        .iter()
+        .filter(|p| p.topic == topic)
+        .map(|p| {
+            let committed = match p.lag {
+                Some(sluice_lag::model::lag::Lag::Behind { committed, .. }) => Some(committed),
+                _ => None,
+            };
+            (p.partition, committed, p.log.map_or(-1, |l| l.end), p.lag.and_then(|l| l.records()))
+        })
+        .collect();
+    rows.sort();
+    rows
+}
