@@ -104,6 +104,8 @@ struct System {
     schedulers: Vec<Proc>,
     ingest: Vec<Proc>,
     processors: Vec<Proc>,
+    /// sluice-lag, watching the processors' group.
+    lag: Option<Proc>,
     next_processor: u32,
     /// Processes being stopped in the background (scale-down, the ingest).
     stopping: Vec<tokio::task::JoinHandle<()>>,
@@ -131,7 +133,52 @@ impl System {
             .chain(self.schedulers.iter_mut())
             .chain(self.ingest.iter_mut())
             .chain(self.processors.iter_mut())
+            .chain(self.lag.iter_mut())
             .find_map(|p| (!p.is_running()).then(|| p.name.clone()))
+    }
+
+    fn start_lag(&mut self) -> anyhow::Result<()> {
+        let port = free_port()?;
+        let env = self.env(
+            "SLUICE_LAG_",
+            &[
+                ("BROKERS", self.args.brokers.clone()),
+                ("GROUPS", self.names.group.clone()),
+                ("ADMIN_LISTEN", format!("127.0.0.1:{port}")),
+                ("POLL_INTERVAL_MS", "1000".into()),
+                ("RATE_WINDOW_MS", "5000".into()),
+            ],
+        );
+        self.lag = Some(Proc::start("lag-0", &binary("sluice-lag")?, &[], &env, port, &self.logs)?);
+        Ok(())
+    }
+
+    /// sluice-lag's picture of the processors' group.
+    fn lag_picture(&self) -> Option<sluice_lag::picture::GroupPicture> {
+        let port = self.lag.as_ref()?.admin_port;
+        let (code, body) = sluice_service::process::http_get(port, &format!("/groups/{}", self.names.group))?;
+        (code == 200).then(|| serde_json::from_str(&body).ok()).flatten()
+    }
+
+    /// What a PodMonitor would give Prometheus, as file-based discovery: every
+    /// service's newest `/metrics` as `<process>.prom`, and `targets.json`.
+    fn write_scrapes(&self, dir: &std::path::Path, texts: &[(&Proc, &str)]) -> anyhow::Result<()> {
+        let mut targets = Vec::new();
+        for (proc, text) in texts {
+            if !text.is_empty() {
+                std::fs::write(dir.join(format!("{}.prom", proc.name)), text)?;
+            }
+            let component = proc.name.split('-').next().unwrap_or_default();
+            targets.push(serde_json::json!({
+                "targets": [format!("127.0.0.1:{}", proc.admin_port)],
+                "labels": {"namespace": "sluice-demo", "pod": proc.name, "app_kubernetes_io_component": component},
+            }));
+        }
+        // Replaced whole (rename), so Prometheus never reads half a file.
+        let tmp = dir.join("targets.json.tmp");
+        std::fs::write(&tmp, serde_json::to_vec(&targets)?)?;
+        std::fs::rename(&tmp, dir.join("targets.json"))?;
+        Ok(())
     }
 
     fn start_processor(&mut self) -> anyhow::Result<()> {
@@ -303,6 +350,7 @@ async fn main() -> anyhow::Result<()> {
         schedulers: Vec::new(),
         ingest: Vec::new(),
         processors: Vec::new(),
+        lag: None,
         next_processor: 0,
         stopping: Vec::new(),
     };
@@ -366,6 +414,7 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
 
     let grpc = system.start_scheduler(0)?;
     system.start_scheduler(1)?;
+    system.start_lag()?;
     // The token registry before any processor needs it: trigger the refresh
     // job now rather than wait for its first tick.
     let redis = redis::Client::open(args.redis_url.as_str())?;
@@ -379,7 +428,7 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
         n > 0
     })
     .await?;
-    say("== scheduler ×2 up; token registry written by its token-refresh job");
+    say("== scheduler ×2 up; token registry written by its token-refresh job; sluice-lag watching the group");
     system.start_ingest(0)?;
     system.start_ingest(1)?;
     system.start_processor()?;
@@ -446,26 +495,15 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
         let p99 = quantile(&latency_before, &latency_now, 0.99);
         latency_before = latency_now;
         let sched_texts: Vec<String> = system.schedulers.iter().map(Proc::metrics).collect();
+        let lag_text = system.lag.as_ref().map(Proc::metrics).unwrap_or_default();
         if let Some(dir) = &args.scrapes {
-            let named = system.ingest.iter().zip(&ingest_texts);
-            let named = named.chain(system.processors.iter().zip(&proc_texts));
-            let mut targets = Vec::new();
-            for (proc, text) in named.chain(system.schedulers.iter().zip(&sched_texts)) {
-                if !text.is_empty() {
-                    std::fs::write(dir.join(format!("{}.prom", proc.name)), text)?;
-                }
-                // What a PodMonitor would give Prometheus, as file-based discovery.
-                let component = proc.name.split('-').next().unwrap_or_default();
-                targets.push(serde_json::json!({
-                    "targets": [format!("127.0.0.1:{}", proc.admin_port)],
-                    "labels": {"namespace": "sluice-demo", "pod": proc.name, "app_kubernetes_io_component": component},
-                }));
-            }
-            // Replaced whole (rename), so Prometheus never reads half a file.
-            let tmp = dir.join("targets.json.tmp");
-            std::fs::write(&tmp, serde_json::to_vec(&targets)?)?;
-            std::fs::rename(&tmp, dir.join("targets.json"))?;
+            let named = system.ingest.iter().zip(&ingest_texts).chain(system.processors.iter().zip(&proc_texts));
+            let named =
+                named.chain(system.schedulers.iter().zip(&sched_texts)).chain(system.lag.iter().zip([&lag_text]));
+            let texts: Vec<(&Proc, &str)> = named.map(|(p, t)| (p, t.as_str())).collect();
+            system.write_scrapes(dir, &texts)?;
         }
+        let watched = system.lag_picture();
         let runs = |job: &str| -> u64 {
             sched_texts
                 .iter()
@@ -489,13 +527,8 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
             ingest_tx_per_sec: ingest_rate,
             records_produced: produced,
             lag,
-            lag_seconds: if throughput > 0.0 {
-                lag as f64 / throughput
-            } else if lag == 0 {
-                0.0
-            } else {
-                f64::NAN
-            },
+            lag_seconds: watched.as_ref().and_then(|g| g.time_lag_ms).map(|ms| ms as f64 / 1000.0),
+            lag_status: watched.as_ref().map(|g| g.status.status.as_str().to_string()),
             processors: system.processors.len() as u32,
             records_per_sec: throughput,
             p99_ms: p99.map(|s| s * 1000.0),

@@ -24,8 +24,11 @@ pub struct Sample {
     pub records_produced: u64,
     /// Consumer-group lag, records (high watermarks minus committed offsets).
     pub lag: u64,
-    /// Lag over the current throughput.
-    pub lag_seconds: f64,
+    /// The group's time lag from sluice-lag: the age of its oldest unconsumed
+    /// record, exact (`null` while sluice-lag has not read it).
+    pub lag_seconds: Option<f64>,
+    /// The group's status from sluice-lag (ok, warn, stall, …).
+    pub lag_status: Option<String>,
     pub processors: u32,
     /// Records committed per second.
     pub records_per_sec: f64,
@@ -128,11 +131,12 @@ fn thousands(n: f64) -> String {
 /// The live view (a few lines).
 pub fn view(s: &Sample, seconds: u64, draining: bool, active_ingest: Option<usize>) -> String {
     let phase = if draining { "draining".to_string() } else { format!("{:>3.0}/{seconds} s", s.t) };
-    let lag_s = if s.lag_seconds.is_finite() { format!("{:.1} s", s.lag_seconds) } else { "∞".into() };
+    let lag_s = s.lag_seconds.map_or("-".into(), |l| format!("{l:.1} s"));
+    let status = s.lag_status.as_deref().unwrap_or("-");
     let p99 = s.p99_ms.map_or("-".to_string(), |p| format!("{p:.0} ms"));
     format!(
         "  {phase:<10} chain slot {:<6} {:>7} tx/s   ingest {:>7} tx/s (active: {})\n  \
-         lag {:>8} records ({lag_s:>6})  processors {}  throughput {:>7} records/s  p99 {p99}\n  \
+         lag {:>8} records, time lag {lag_s:>6} ({status})  processors {}  throughput {:>7} records/s  p99 {p99}\n  \
          scheduler runs: heartbeat {}, token-refresh {}, pool-reconcile {}",
         s.chain_head_slot,
         thousands(s.chain_tx_per_sec),
