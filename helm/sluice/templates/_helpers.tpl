@@ -132,8 +132,8 @@ topologySpreadConstraints:
 {{- end }}
 {{- end -}}
 
-{{/* librdkafka properties from the Kafka security values and kafka.properties, as `key=value,…`. */}}
-{{- define "sluice.kafkaProperties" -}}
+{{/* The Kafka security values as librdkafka properties, `key=value,…` (every Kafka client here takes these). */}}
+{{- define "sluice.kafkaSecurityProperties" -}}
 {{- $k := .Values.kafka -}}
 {{- $p := list -}}
 {{- if or $k.tls.enabled $k.sasl.enabled }}
@@ -149,16 +149,24 @@ topologySpreadConstraints:
 {{- $p = append $p (printf "ssl.certificate.location=%s/tls.crt" (include "sluice.kafkaTlsDir" .)) }}
 {{- $p = append $p (printf "ssl.key.location=%s/tls.key" (include "sluice.kafkaTlsDir" .)) }}
 {{- end }}
+{{- join "," $p -}}
+{{- end -}}
+
+{{/* The security properties and kafka.properties, for the librdkafka clients (processor, ingest). */}}
+{{- define "sluice.kafkaProperties" -}}
+{{- $k := .Values.kafka -}}
+{{- $p := compact (list (include "sluice.kafkaSecurityProperties" .)) -}}
 {{- range $key := keys $k.properties | sortAlpha }}
 {{- $p = append $p (printf "%s=%v" $key (get $k.properties $key)) }}
 {{- end }}
 {{- join "," $p -}}
 {{- end -}}
 
-{{/* Kafka settings as env of a service that talks to Kafka; call with (dict "root" $ "prefix" "SLUICE_PROCESSOR_"). */}}
+{{/* Kafka settings as env of a service that talks to Kafka; call with (dict "root" $ "prefix" "SLUICE_PROCESSOR_"),
+and "securityOnly" true for sluice-lag (its own client: librdkafka's tuning properties mean nothing to it). */}}
 {{- define "sluice.kafkaEnv" -}}
 {{- include "sluice.kafkaSecurityChecks" .root }}
-{{- $props := include "sluice.kafkaProperties" .root }}
+{{- $props := include (ternary "sluice.kafkaSecurityProperties" "sluice.kafkaProperties" (default false .securityOnly)) .root }}
 {{- if $props }}
 - name: {{ .prefix }}KAFKA_PROPERTIES
   value: {{ $props | quote }}
@@ -192,4 +200,18 @@ volumes:
       secretName: {{ .Values.kafka.tls.secret }}
       defaultMode: 0440
 {{- end }}
+{{- end -}}
+
+{{/* lag.groupSettings as SLUICE_LAG_GROUP_SETTINGS: `group: key=value key=value; group: …`. */}}
+{{- define "sluice.lagGroupSettings" -}}
+{{- $groups := list -}}
+{{- range $group := keys . | sortAlpha }}
+{{- $settings := get $ $group -}}
+{{- $pairs := list -}}
+{{- range $key := keys $settings | sortAlpha }}
+{{- $pairs = append $pairs (printf "%s=%v" $key (get $settings $key)) }}
+{{- end }}
+{{- $groups = append $groups (printf "%s: %s" $group (join " " $pairs)) }}
+{{- end }}
+{{- join "; " $groups -}}
 {{- end -}}

@@ -15,12 +15,16 @@ rule file leaves it out and serves every namespace.
 {{- end -}}
 {{- $windows := $a.schedulerJobNoSuccess.windowSecondsByJob -}}
 {{- $ns := ternary (printf "namespace=%q" .Release.Namespace) "" $a.releaseNamespaceOnly -}}
+{{- $g := printf "consumergroup=%q" .Values.processor.groupId -}}
+{{- $tl := $a.timeLag -}}
 groups:
-  - name: sluice.processor
+{{- if .Values.lag.enabled }}
+  # From sluice-lag: what Kafka says about the groups, whether or not their consumers run.
+  - name: sluice.lag
     rules:
       - alert: SluiceConsumerLagHigh
         expr: |
-          sum by (namespace, topic) (max by (namespace, topic, partition) (sluice_processor_lag_records{{ include "sluice.sel" (list $ns) }})) > {{ $lag }}
+          sum by (namespace, consumergroup, topic) (max by (namespace, consumergroup, topic, partition) (kafka_consumergroup_lag{{ include "sluice.sel" (list $ns $g) }})) > {{ $lag }}
         for: {{ $a.lag.for }}
         labels:
           severity: warning
@@ -31,6 +35,98 @@ groups:
             (the most they are sized for: lagThreshold × replicas) for {{ $a.lag.for }}. Check whether KEDA is at maxReplicas
             (more replicas than partitions cannot help), whether one partition holds the lag (a hot key),
             and the sink latency and retries panels (a slow downstream).
+          {{- include "sluice.runbook" (list $ "SluiceConsumerLagHigh") | nindent 10 }}
+      {{- range $w := list (dict "name" "page" "speed" "Fast" "severity" "critical") (dict "name" "ticket" "speed" "Slow" "severity" "warning") }}
+      {{- $win := get $tl $w.name }}
+      - alert: SluiceTimeLagBudgetBurn
+        expr: |
+          {{- range $i, $window := list $win.longWindow $win.shortWindow }}
+          {{- if $i }}
+          and
+          {{- end }}
+          avg_over_time((max by (namespace, consumergroup) (sluice_lag_group_time_lag_seconds{{ include "sluice.sel" (list $ns $g) }}) > bool {{ $tl.objectiveSeconds }})[{{ $window }}:])
+            > {{ $win.burnRate }} * (1 - {{ $tl.target }})
+          {{- end }}
+        labels:
+          severity: {{ $w.severity }}
+          window: {{ $win.longWindow }}
+        annotations:
+          summary: "{{ $w.speed }} burn of the time-lag budget of {{ "{{" }} $labels.consumergroup {{ "}}" }}"
+          description: >-
+            The processors' group {{ "{{" }} $labels.consumergroup {{ "}}" }} in {{ "{{" }} $labels.namespace {{ "}}" }} was more than {{ $tl.objectiveSeconds }} s behind (its
+            oldest unconsumed record older than that) for {{ "{{" }} $value | humanizePercentage {{ "}}" }} of the last {{ $win.longWindow }}, and for more than
+            {{ $win.burnRate }}× its budget in the last {{ $win.shortWindow }} too. The objective is {{ $tl.objectiveSeconds }} s for {{ $tl.target }} of the time;
+            at this rate a 30-day budget lasts {{ divf 720 $win.burnRate | printf "%.0f" }} h.
+          {{- include "sluice.runbook" (list $ "SluiceTimeLagBudgetBurn") | nindent 10 }}
+      {{- end }}
+      - alert: SluiceLagPartitionStalled
+        expr: |
+          max by (namespace, consumergroup, topic, partition) (sluice_lag_partition_status{{ include "sluice.sel" (list $ns "status=~\"stall|stop\"") }}) == 1
+        for: {{ $a.partitionStalled.for }}
+        labels:
+          severity: warning
+        annotations:
+          summary: "{{ "{{" }} $labels.consumergroup {{ "}}" }} stopped consuming {{ "{{" }} $labels.topic {{ "}}" }}/{{ "{{" }} $labels.partition {{ "}}" }}"
+          description: >-
+            sluice-lag has seen partition {{ "{{" }} $labels.partition {{ "}}" }} of {{ "{{" }} $labels.topic {{ "}}" }} in group {{ "{{" }} $labels.consumergroup {{ "}}" }}
+            ({{ "{{" }} $labels.namespace {{ "}}" }}) STALL (owned, but its committed offset not moving while it has lag) or STOP
+            (the same with no member owning it) for {{ $a.partitionStalled.for }}. `sluice-lag describe --group {{ "{{" }} $labels.consumergroup {{ "}}" }}` gives the status with its reason.
+          {{- include "sluice.runbook" (list $ "SluiceLagPartitionStalled") | nindent 10 }}
+      - alert: SluiceLagRetentionHeadroomLow
+        expr: |
+          min by (namespace, consumergroup, topic, partition) (sluice_lag_retention_headroom_seconds{{ include "sluice.sel" (list $ns) }}) < {{ $a.retention.headroomSeconds }}
+        for: {{ $a.retention.for }}
+        labels:
+          severity: critical
+        annotations:
+          summary: "{{ "{{" }} $labels.consumergroup {{ "}}" }} will lose {{ "{{" }} $labels.topic {{ "}}" }}/{{ "{{" }} $labels.partition {{ "}}" }} records to retention in {{ "{{" }} $value | humanizeDuration {{ "}}" }}"
+          description: >-
+            The oldest record group {{ "{{" }} $labels.consumergroup {{ "}}" }} has not consumed on {{ "{{" }} $labels.topic {{ "}}" }}/{{ "{{" }} $labels.partition {{ "}}" }}
+            ({{ "{{" }} $labels.namespace {{ "}}" }}) is deleted by retention in under {{ $a.retention.headroomSeconds }} s, unless the group catches up:
+            then those records are lost to it.
+          {{- include "sluice.runbook" (list $ "SluiceLagRetentionHeadroomLow") | nindent 10 }}
+      - alert: SluiceLagRecordsLost
+        expr: |
+          max by (namespace, consumergroup, topic, partition) (sluice_lag_lost_records{{ include "sluice.sel" (list $ns) }}) > 0
+        labels:
+          severity: critical
+        annotations:
+          summary: "{{ "{{" }} $labels.consumergroup {{ "}}" }} lost {{ "{{" }} $value {{ "}}" }} records of {{ "{{" }} $labels.topic {{ "}}" }}/{{ "{{" }} $labels.partition {{ "}}" }} to retention"
+          description: >-
+            Group {{ "{{" }} $labels.consumergroup {{ "}}" }}'s committed offset on {{ "{{" }} $labels.topic {{ "}}" }}/{{ "{{" }} $labels.partition {{ "}}" }} ({{ "{{" }} $labels.namespace {{ "}}" }})
+            is below the log start: retention deleted {{ "{{" }} $value {{ "}}" }} records it never read.
+          {{- include "sluice.runbook" (list $ "SluiceLagRecordsLost") | nindent 10 }}
+      - alert: SluiceProcessorsAbsent
+        expr: |
+          sum by (namespace, consumergroup) (max by (namespace, consumergroup, topic, partition) (kafka_consumergroup_lag{{ include "sluice.sel" (list $ns $g) }})) > 0
+          unless on (namespace, consumergroup)
+          max by (namespace, consumergroup) (kafka_consumergroup_members{{ include "sluice.sel" (list $ns $g) }}) > 0
+        for: {{ $a.processorsAbsent.for }}
+        labels:
+          severity: critical
+        annotations:
+          summary: "No processor consumes {{ "{{" }} $labels.consumergroup {{ "}}" }}, which is {{ "{{" }} $value {{ "}}" }} records behind"
+          description: >-
+            The processors' group {{ "{{" }} $labels.consumergroup {{ "}}" }} in {{ "{{" }} $labels.namespace {{ "}}" }} has had no member for {{ $a.processorsAbsent.for }}
+            while it has lag: nothing is being processed.
+          {{- include "sluice.runbook" (list $ "SluiceProcessorsAbsent") | nindent 10 }}
+      - alert: SluiceLagDown
+        expr: |
+          max by (namespace) (sluice_lag_ready{{ include "sluice.sel" (list $ns) }}) == 0
+          or
+          absent(sluice_lag_ready{{ include "sluice.sel" (list $ns) }})
+        for: {{ $a.lagDown.for }}
+        labels:
+          severity: critical
+        annotations:
+          summary: "sluice-lag is not reading the cluster"
+          description: >-
+            sluice-lag has not completed a poll of Kafka for {{ $a.lagDown.for }} (or is not scraped at all): the lag panels
+            and every lag alert are blind, and "no lag data" must not read as "no lag".
+          {{- include "sluice.runbook" (list $ "SluiceLagDown") | nindent 10 }}
+{{- end }}
+  - name: sluice.processor
+    rules:
       - alert: SluiceProcessorNotReady
         expr: |
           max by (namespace, pod) (sluice_processor_ready{{ include "sluice.sel" (list $ns) }}) == 0
@@ -42,6 +138,7 @@ groups:
           description: >-
             {{ "{{" }} $labels.pod {{ "}}" }} in {{ "{{" }} $labels.namespace {{ "}}" }} has answered /ready with 503 for {{ $a.processorNotReady.for }}:
             it cannot reach Kafka or Redis, or has no assignment yet. Its /ready body names the reason.
+          {{- include "sluice.runbook" (list $ "SluiceProcessorNotReady") | nindent 10 }}
       - alert: SluiceDeadLettersHigh
         expr: |
           sum by (namespace, kind) (rate(sluice_processor_dead_letters_total{{ include "sluice.sel" (list $ns) }}[5m])) > {{ $a.deadLetters.ratePerSecond }}
@@ -54,6 +151,7 @@ groups:
             Records of kind {{ "{{" }} $labels.kind {{ "}}" }} go to the dead-letter topic faster than {{ $a.deadLetters.ratePerSecond }}/s
             in {{ "{{" }} $labels.namespace {{ "}}" }}. Each carries its reason in its headers: read a few from the DLQ topic.
             A producer-side schema change is the usual cause.
+          {{- include "sluice.runbook" (list $ "SluiceDeadLettersHigh") | nindent 10 }}
       - alert: SluicePartitionPaused
         expr: |
           max by (namespace, pod, partition) (sluice_processor_partition_paused{{ include "sluice.sel" (list $ns) }}) == 1
@@ -66,11 +164,12 @@ groups:
             Partition {{ "{{" }} $labels.partition {{ "}}" }} has been paused on {{ "{{" }} $labels.pod {{ "}}" }} for {{ $a.pausedPartitions.for }}.
             A processor pauses a partition while its in-flight budget is full or its records are stalled on a downstream
             outage (Redis, Kafka): work waits rather than being dropped. Check the retries and stalled-records panels.
+          {{- include "sluice.runbook" (list $ "SluicePartitionPaused") | nindent 10 }}
   - name: sluice.scheduler
     rules:
-      {{- include "sluice.rules.noSuccessRule" (dict "window" $a.schedulerJobNoSuccess.windowSeconds "ns" $ns "for" $a.schedulerJobNoSuccess.for "selector" (ternary "" (printf "job_name!~%q" (keys $windows | sortAlpha | join "|")) (empty $windows))) | nindent 6 }}
+      {{- include "sluice.rules.noSuccessRule" (dict "root" $ "window" $a.schedulerJobNoSuccess.windowSeconds "ns" $ns "for" $a.schedulerJobNoSuccess.for "selector" (ternary "" (printf "job_name!~%q" (keys $windows | sortAlpha | join "|")) (empty $windows))) | nindent 6 }}
       {{- range $job := keys $windows | sortAlpha }}
-      {{- include "sluice.rules.noSuccessRule" (dict "window" (get $windows $job) "ns" $ns "for" $a.schedulerJobNoSuccess.for "selector" (printf "job_name=%q" $job) "job" $job) | nindent 6 }}
+      {{- include "sluice.rules.noSuccessRule" (dict "root" $ "window" (get $windows $job) "ns" $ns "for" $a.schedulerJobNoSuccess.for "selector" (printf "job_name=%q" $job) "job" $job) | nindent 6 }}
       {{- end }}
       - alert: SluiceSchedulerDown
         expr: |
@@ -85,6 +184,7 @@ groups:
           description: >-
             No scheduler replica has been ready for {{ $a.schedulerDown.for }} (or none is scraped at all): no scheduled job
             runs, and the job alerts above cannot see it. Check the scheduler pods and their /ready body (Redis).
+          {{- include "sluice.runbook" (list $ "SluiceSchedulerDown") | nindent 10 }}
       - alert: SluiceSchedulerStaleWrites
         expr: |
           sum by (namespace, job_name) (increase(sluice_scheduler_stale_writes_rejected_total{{ include "sluice.sel" (list $ns) }}[10m])) > 0
@@ -96,6 +196,7 @@ groups:
             A run of {{ "{{" }} $labels.job_name {{ "}}" }} in {{ "{{" }} $labels.namespace {{ "}}" }} kept writing after it had lost its lease
             and the fence refused the writes (nothing was written twice). A replica paused longer than the lease
             (a CPU-starved or frozen pod, a slow Redis): check the scheduler's CPU limits and Redis latency.
+          {{- include "sluice.runbook" (list $ "SluiceSchedulerStaleWrites") | nindent 10 }}
 {{- end -}}
 
 {{/* The SluiceSchedulerJobNoSuccess rule: for every job but those with their own window, or for "job" alone with its own; call with (dict "window" seconds "ns" … "for" … "selector" … ["job" name]). */}}
@@ -112,6 +213,7 @@ groups:
     description: >-
       The scheduler job {{ $job }} in {{ "{{" }} $labels.namespace {{ "}}" }} has no successful run in {{ if .job }}{{ .window }} s{{ else }}its window{{ end }}
       (or has ended runs and never succeeded); a paused job is left out. `sluice-scheduler admin runs {{ $job }}` lists its runs with their reasons.
+    {{- include "sluice.runbook" (list .root "SluiceSchedulerJobNoSuccess") | nindent 4 }}
 {{- end -}}
 
 {{/* A job's newest success is older than the window, or it has ended runs and never succeeded, and it is not paused; call with (dict "window" seconds "ns" "namespace=…" "selector" "job_name=…"). */}}
@@ -128,6 +230,11 @@ groups:
   unless on (namespace, job_name) sluice_scheduler_last_success_timestamp_seconds{{ $sel }}
 )
 unless on (namespace, job_name) (max by (namespace, job_name) (sluice_scheduler_paused{{ $sel }}) == 1)
+{{- end -}}
+
+{{/* An alert's runbook: its section of the chart's README; call with (list $ "AlertName"). */}}
+{{- define "sluice.runbook" -}}
+runbook_url: {{ printf "%s#%s" (index . 0).Values.monitoring.alerts.runbookUrl (lower (index . 1)) }}
 {{- end -}}
 
 {{/* A selector from the non-empty matchers of a list: `{a, b}`, or nothing. */}}

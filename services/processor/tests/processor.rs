@@ -58,14 +58,14 @@ async fn instances_added_and_removed_under_load() {
     s.wait_committed(TRANSACTIONS, 0.2, Duration::from_secs(300)).await;
     let b = s.spawn("b");
     s.wait_committed(TRANSACTIONS, 0.5, Duration::from_secs(300)).await;
-    // Each partition's lag is reported by its owner only: what `a` gave `b` in the
-    // rebalance leaves `a`'s metrics (a frozen series would hold up every alert and
-    // panel that takes the max per partition).
+    // Each partition's offsets are reported by its owner only: what `a` gave `b`
+    // in the rebalance leaves `a`'s metrics (a frozen series would read as a
+    // partition whose commits stopped).
     let reported = |p: &jepsen::Processor| -> (Vec<String>, f64) {
         let text = jepsen::admin_body(p.admin_port, "/metrics");
         let partitions = text
             .lines()
-            .filter(|l| l.starts_with("sluice_processor_lag_records{"))
+            .filter(|l| l.starts_with("sluice_processor_committed_offset{"))
             .filter_map(|l| l.split("partition=\"").nth(1)?.split('"').next().map(str::to_string))
             .collect();
         (partitions, sluice_testkit::metric(&text, "sluice_processor_assigned_partitions", ""))
@@ -73,7 +73,7 @@ async fn instances_added_and_removed_under_load() {
     let ((in_a, owned_a), (in_b, owned_b)) = (reported(&a), reported(&b));
     assert!(
         in_a.len() as f64 <= owned_a && in_b.len() as f64 <= owned_b && in_a.iter().all(|p| !in_b.contains(p)),
-        "lag reported for partitions a process does not own: a {in_a:?} (owns {owned_a}), b {in_b:?} (owns {owned_b})"
+        "offsets reported for partitions a process does not own: a {in_a:?} (owns {owned_a}), b {in_b:?} (owns {owned_b})"
     );
     a.terminate();
     let fed = feeding.await.expect("feed task");

@@ -72,8 +72,6 @@ impl<H: Handler> ClientContext for Ctx<H> {
             if stats.committed_offset >= 0 {
                 self.metrics.committed_offset.with_label_values(&labels).set(stats.committed_offset);
             }
-            let committed = self.metrics.committed_offset.with_label_values(&labels).get();
-            self.metrics.lag.with_label_values(&labels).set((stats.hi_offset - committed).max(0));
         }
     }
 }
@@ -167,14 +165,12 @@ impl<H: Handler> Ctx<H> {
         }
     }
 
-    /// Drops the offset and lag series of partitions this consumer no longer
-    /// owns: frozen at their value when revoked (often high: a scale-up under
-    /// lag moves partitions), they would outlive the lag itself in every
-    /// `max by (partition)` of the dashboard and the alerts.
+    /// Drops the offset series of partitions this consumer no longer owns:
+    /// frozen at their value when revoked, they would read as a partition
+    /// whose commits stopped in every `max by (partition)`.
     fn forget_offset_metrics(&self, partitions: &[i32]) {
         for p in partitions {
             let labels = [&*self.topic, &p.to_string()];
-            let _ = self.metrics.lag.remove_label_values(&labels);
             let _ = self.metrics.committed_offset.remove_label_values(&labels);
             let _ = self.metrics.high_watermark.remove_label_values(&labels);
         }

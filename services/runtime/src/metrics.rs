@@ -17,7 +17,6 @@ pub struct RuntimeMetrics {
     pub in_flight: IntGaugeVec,
     pub committed_offset: IntGaugeVec,
     pub high_watermark: IntGaugeVec,
-    pub lag: IntGaugeVec,
     pub paused: IntGaugeVec,
     pub commits: IntCounterVec,
     pub commit_seconds: Histogram,
@@ -75,15 +74,18 @@ impl RuntimeMetrics {
                 &["partition"]
             )),
             committed_offset: reg!(IntGaugeVec::new(
-                Opts::new(name("committed_offset"), "Last offset committed to the group, per partition"),
+                Opts::new(
+                    name("committed_offset"),
+                    "The owner's view: last offset it committed, per partition it owns (librdkafka statistics, \
+                     every 5 s; gone on revoke). The group's lag is sluice-lag's kafka_consumergroup_lag"
+                ),
                 &["topic", "partition"]
             )),
             high_watermark: reg!(IntGaugeVec::new(
-                Opts::new(name("high_watermark_offset"), "Partition high watermark, per assigned partition"),
-                &["topic", "partition"]
-            )),
-            lag: reg!(IntGaugeVec::new(
-                Opts::new(name("lag_records"), "High watermark minus committed offset, per assigned partition"),
+                Opts::new(
+                    name("high_watermark_offset"),
+                    "The owner's view: high watermark per partition it owns (librdkafka statistics, every 5 s)"
+                ),
                 &["topic", "partition"]
             )),
             paused: reg!(IntGaugeVec::new(
