@@ -39,7 +39,9 @@ fn rate(r: Option<f64>) -> String {
     r.map_or("-".into(), |r| format!("{r:.0}/s"))
 }
 
-fn row(p: &PartitionPicture) -> [String; 10] {
+const COLUMNS: usize = 11;
+
+fn row(p: &PartitionPicture) -> [String; COLUMNS] {
     let lag = p.lag.and_then(|l| l.records()).map_or("-".into(), |l| l.to_string());
     let committed = match p.lag {
         Some(crate::model::lag::Lag::Behind { committed, .. }) => committed.to_string(),
@@ -57,7 +59,8 @@ fn row(p: &PartitionPicture) -> [String; 10] {
         p.log.map_or("-".into(), |l| l.end.to_string()),
         lag,
         seconds(p.time_lag_ms),
-        format!("{} {}", rate(p.produce_rate), rate(p.consume_rate)),
+        rate(p.produce_rate),
+        rate(p.consume_rate),
         drain,
         p.status.status.as_str().to_uppercase(),
         p.owner.clone().unwrap_or_else(|| "-".into()),
@@ -88,14 +91,15 @@ pub fn render(g: &GroupPicture) -> String {
         "LOG-END-OFFSET",
         "LAG",
         "TIME-LAG",
-        "PRODUCE CONSUME",
+        "PRODUCE",
+        "CONSUME",
         "DRAIN",
         "STATUS",
         "CONSUMER",
     ];
-    let rows: Vec<[String; 10]> =
+    let rows: Vec<[String; COLUMNS]> =
         std::iter::once(header.map(String::from)).chain(g.partitions.iter().map(row)).collect();
-    let widths: Vec<usize> = (0..10).map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..COLUMNS).map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0)).collect();
     for r in &rows {
         let line: Vec<String> = r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
         out.push_str(line.join("  ").trim_end());

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Lag, POLL_MS, commit, kafka_describe, produce, rows, topic};
+use common::{Lag, POLL_MS, cli_describe, commit, kafka_describe, produce, rows, topic};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use sluice_lag::model::status::Status;
 use sluice_lag::picture::TimestampType;
@@ -26,8 +26,12 @@ async fn offset_lag_equals_kafka_s_own_group_command_at_rest_and_under_load() {
     commit(&group, &topic, &[(0, 100), (1, 40), (2, 0)]);
     let lag = Lag::start(&group, &[&group], &[]).await;
     let picture = lag.until(&group, Duration::from_secs(10), "read", |g| g.partitions.len() == 3).await;
-    assert_eq!(rows(&picture, &topic), kafka_describe(&group, &topic), "at rest: exactly Kafka's own numbers");
+    let kafka = kafka_describe(&group, &topic);
+    assert_eq!(rows(&picture, &topic), kafka, "at rest: exactly Kafka's own numbers");
     assert_eq!(picture.lag, Some(160));
+    assert_eq!(cli_describe(lag.port, &group, &topic), Ok(kafka), "`sluice-lag describe` prints them too");
+    let unwatched = cli_describe(lag.port, "not-watched", &topic).expect_err("an unwatched group is an error");
+    assert!(unwatched.contains("is not watched"), "{unwatched}");
 
     // Under load: 400 records/s produced, the committed offsets following.
     let writer = tokio::spawn(load(topic.clone(), group.clone(), Duration::from_secs(8)));

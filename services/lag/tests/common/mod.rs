@@ -155,3 +155,28 @@ pub fn rows(picture: &GroupPicture, topic: &str) -> Vec<Row> {
     rows.sort();
     rows
 }
+
+/// The same rows as `sluice-lag describe --group G` prints them (the real
+/// binary asking the running one), or its exit status and stderr.
+pub fn cli_describe(port: u16, group: &str, topic: &str) -> Result<Vec<Row>, String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice-lag"))
+        .args(["describe", "--group", group, "--addr", &format!("127.0.0.1:{port}")])
+        .output()
+        .expect("running sluice-lag describe");
+    if !out.status.success() {
+        return Err(format!("{}: {}", out.status, String::from_utf8_lossy(&out.stderr)));
+    }
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let mut rows: Vec<Row> = text
+        .lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            (f.len() >= 5 && f[0] == topic).then(|| {
+                let num = |s: &str| s.parse::<i64>().ok();
+                (f[1].parse().expect("partition"), num(f[2]), f[3].parse().expect("end"), num(f[4]))
+            })
+        })
+        .collect();
+    rows.sort();
+    Ok(rows)
+}
