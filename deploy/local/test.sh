@@ -147,7 +147,7 @@ part_static() {
   cargo fmt --all --check || die "code is not formatted: run cargo fmt --all"
 
   say "checking architecture invariants (ARCHITECTURE.md)"
-  local core_deps processor_deps io sched
+  local core_deps processor_deps io sched watched
   core_deps=$(cargo tree --locked -p sluice-core -e normal --prefix none)
   if io=$(grep -E '^(tokio|rdkafka|redis|tonic|hyper|axum) ' <<<"$core_deps"); then
     die "sluice-core must do no IO, but depends on: $(tr '\n' ' ' <<<"$io")"
@@ -166,6 +166,10 @@ part_static() {
     die "the runtime must stay workload-agnostic: sluice-runtime depends on a workload crate"
   fi
   echo "sluice-runtime depends on no workload"
+  if watched=$(cargo tree --locked -p sluice-lag -e normal --prefix none | grep -E '^(rdkafka|rdkafka-sys|sluice-(runtime|kafka|dex|processor|scheduler|ingest)) '); then
+    die "sluice-lag must not depend on a Kafka client library or on what it watches, but depends on: $(tr '\n' ' ' <<<"$watched")"
+  fi
+  echo "sluice-lag links no librdkafka and none of the services it watches"
 }
 
 # cargo test, its output also in LOG (the summary reads every $LOGS/cargo-*.log).

@@ -237,6 +237,22 @@ pub async fn check(chain: &ChainClient<Channel>, redis_url: &str, prefix: &str) 
     })
 }
 
+/// sluice-lag's view over the run: the peak time lag and the statuses seen.
+fn time_lag_line(timeline: &[Sample]) -> String {
+    let peak =
+        timeline.iter().filter_map(|s| s.lag_seconds).fold(None, |m: Option<f64>, l| Some(m.map_or(l, |m| m.max(l))));
+    let mut statuses: Vec<&str> = Vec::new();
+    for s in timeline.iter().filter_map(|s| s.lag_status.as_deref()) {
+        if !statuses.contains(&s) {
+            statuses.push(s);
+        }
+    }
+    match peak {
+        Some(p) => format!("peak time lag            {p:>11.1}s  (sluice-lag; status seen: {})", statuses.join(", ")),
+        None => "peak time lag                     -   (sluice-lag reported none)".into(),
+    }
+}
+
 /// The closing summary.
 pub fn summary_text(r: &Report) -> String {
     let s = &r.summary;
@@ -258,6 +274,7 @@ pub fn summary_text(r: &Report) -> String {
         thousands(r.peak_lag as f64),
         r.peak_processors
     ));
+    line(time_lag_line(&r.timeline));
     line(match r.drain_seconds {
         Some(d) => format!("drain after traffic      {d:>11.1}s  (lag back to 0)"),
         None => "drain after traffic         not done  (lag not back to 0 in time)".into(),
