@@ -73,6 +73,7 @@ async fn run() -> anyhow::Result<()> {
         let (picture, errors) = poller.poll(sluice_core::clock::now_ms()).await;
         let took = started.elapsed();
         metrics.publish(&picture, took.as_secs_f64(), &errors);
+        metrics.count_requests(&poller.requests());
         if errors.is_empty() {
             last_ok.store(picture.at_ms, std::sync::atomic::Ordering::SeqCst);
         } else {

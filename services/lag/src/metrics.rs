@@ -77,6 +77,7 @@ pub struct Metrics {
     rebalance_pause: Family,
     poll_duration: Histogram,
     poll_errors: IntCounterVec,
+    requests: IntCounterVec,
     last_poll: IntGauge,
     groups: IntGauge,
 }
@@ -98,6 +99,11 @@ impl Metrics {
             &["stage"],
         )
         .expect("valid metric");
+        let requests = IntCounterVec::new(
+            Opts::new("sluice_lag_requests_total", "Kafka requests sent, by API (ApiVersions and SASL included)."),
+            &["api"],
+        )
+        .expect("valid metric");
         let last_poll =
             IntGauge::new("sluice_lag_last_poll_timestamp_seconds", "When the last poll ended, Unix seconds.")
                 .expect("valid metric");
@@ -105,6 +111,7 @@ impl Metrics {
         for m in [
             Box::new(poll_duration.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(poll_errors.clone()),
+            Box::new(requests.clone()),
             Box::new(last_poll.clone()),
             Box::new(groups.clone()),
         ] {
@@ -190,6 +197,7 @@ impl Metrics {
             ),
             poll_duration,
             poll_errors,
+            requests,
             last_poll,
             groups,
             registry: r,
@@ -237,6 +245,14 @@ impl Metrics {
         self.poll_duration.observe(took_seconds);
         self.last_poll.set(picture.at_ms / 1000);
         self.groups.set(picture.groups.len() as i64);
+    }
+
+    /// Sets the request counters to the wire client's totals (by API name).
+    pub fn count_requests(&self, totals: &std::collections::BTreeMap<String, u64>) {
+        for (api, total) in totals {
+            let counter = self.requests.with_label_values(&[api.as_str()]);
+            counter.inc_by(total.saturating_sub(counter.get()));
+        }
     }
 
     fn publish_group(&self, g: &crate::picture::GroupPicture) {
@@ -310,5 +326,21 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_counters_follow_the_wire_client_s_totals() {
+        let m = Metrics::new();
+        let totals = |pairs: &[(&str, u64)]| pairs.iter().map(|(a, n)| (a.to_string(), *n)).collect();
+        m.count_requests(&totals(&[("Fetch", 2), ("OffsetFetch", 1)]));
+        m.count_requests(&totals(&[("Fetch", 5), ("OffsetFetch", 1)]));
+        let text = prometheus::TextEncoder::new().encode_to_string(&m.registry.gather()).expect("text");
+        let count = |api: &str| sluice_service::process::metric(&text, "sluice_lag_requests_total", api);
+        assert_eq!((count("\"Fetch\""), count("\"OffsetFetch\"")), (5.0, 1.0));
     }
 }

@@ -90,6 +90,11 @@ impl Poller {
         }
     }
 
+    /// Kafka requests sent so far, by API name.
+    pub fn requests(&self) -> BTreeMap<String, u64> {
+        self.cluster.requests()
+    }
+
     /// One poll at `now_ms`: the picture, and what failed.
     pub async fn poll(&mut self, now_ms: i64) -> (Picture, PollErrors) {
         let mut errors = PollErrors::new();

@@ -59,6 +59,9 @@ async fn offsets_commits_groups_and_record_times_read_back_exactly() {
     assert!(missing.contains_key("no-such-topic-here"), "{missing:?}");
 
     let offsets = cluster.offsets(&leaders).await;
+    // One connection (ApiVersions), one Metadata, one ListOffsets per kind of offset.
+    let sent: Vec<(&str, u64)> = [("ApiVersions", 1), ("Metadata", 1), ("ListOffsets", 3)].into();
+    assert_eq!(cluster.requests(), sent.iter().map(|(a, n)| (a.to_string(), *n)).collect(), "requests counted");
     for p in 0..PARTITIONS {
         let o = offsets[&Tp::new(&topic, p)].clone().expect("offsets");
         assert_eq!((o.earliest, o.latest, o.stable), (0, PER_PARTITION, PER_PARTITION), "partition {p}");

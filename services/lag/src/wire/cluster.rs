@@ -12,7 +12,7 @@ use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
 use kafka_protocol::protocol::{Request, StrBytes};
 
 use super::WireError;
-use super::conn::Conn;
+use super::conn::{Conn, Requests};
 use super::security::Security;
 
 type Slot = Arc<tokio::sync::Mutex<Option<Conn>>>;
@@ -24,6 +24,7 @@ pub struct Cluster {
     timeout: Duration,
     brokers: Mutex<BTreeMap<i32, String>>,
     conns: Mutex<HashMap<String, Slot>>,
+    requests: Arc<Requests>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -41,7 +42,13 @@ impl Cluster {
     /// connect and every request.
     pub fn new(bootstrap: &str, security: Security, timeout: Duration) -> Self {
         let bootstrap = bootstrap.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
-        Self { bootstrap, security, timeout, brokers: Mutex::default(), conns: Mutex::default() }
+        let (brokers, conns, requests) = (Mutex::default(), Mutex::default(), Arc::default());
+        Self { bootstrap, security, timeout, brokers, conns, requests }
+    }
+
+    /// Requests sent so far, by API name.
+    pub fn requests(&self) -> BTreeMap<String, u64> {
+        self.requests.by_api()
     }
 
     /// Brokers known from the last metadata.
@@ -68,7 +75,7 @@ impl Cluster {
         let slot = self.slot(addr);
         let mut conn = slot.lock().await;
         if conn.is_none() {
-            *conn = Some(Conn::open(addr, &self.security, self.timeout).await?);
+            *conn = Some(Conn::open(addr, &self.security, self.timeout, Arc::clone(&self.requests)).await?);
         }
         let Some(open) = conn.as_mut() else { return Err(WireError::Io(format!("{addr}: not connected"))) };
         let version = open.version::<R>()?.min(cap);

@@ -1,15 +1,17 @@
 //! One connection to one broker: TCP, TLS when configured, the API versions
 //! the broker speaks, SASL when configured, then framed requests, one at a
 //! time (a [`super::Cluster`] keeps one connection per broker and sends to
-//! different brokers at once).
+//! different brokers at once). Every request is counted, by API, in the
+//! cluster's [`Requests`].
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    ApiVersionsRequest, RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest,
+    ApiKey, ApiVersionsRequest, RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 use openssl::ssl::{SslConnector, SslFiletype, SslMethod};
@@ -47,6 +49,24 @@ impl Stream {
     }
 }
 
+/// Requests sent over every connection of a cluster, by API key (the
+/// handshake's `ApiVersions` and SASL requests included).
+#[derive(Debug, Default)]
+pub struct Requests(Mutex<BTreeMap<i16, u64>>);
+
+impl Requests {
+    fn count(&self, key: i16) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()).entry(key).or_default() += 1;
+    }
+
+    /// The counts so far by API name (`Fetch`, `OffsetFetch`…).
+    pub fn by_api(&self) -> BTreeMap<String, u64> {
+        let counts = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let name = |key: i16| ApiKey::try_from(key).map_or_else(|()| format!("api{key}"), |k| format!("{k:?}"));
+        counts.iter().map(|(key, n)| (name(*key), *n)).collect()
+    }
+}
+
 /// A broker connection, authenticated and ready for requests.
 pub struct Conn {
     addr: String,
@@ -55,6 +75,7 @@ pub struct Conn {
     versions: HashMap<i16, (i16, i16)>,
     next_id: i32,
     timeout: Duration,
+    requests: Arc<Requests>,
 }
 
 impl std::fmt::Debug for Conn {
@@ -87,8 +108,14 @@ async fn tls_handshake(tcp: TcpStream, host: &str, tls: &Tls) -> Result<SslStrea
 }
 
 impl Conn {
-    /// Connects to `addr` (`host:port`) as `security` says.
-    pub async fn open(addr: &str, security: &Security, timeout: Duration) -> Result<Self, WireError> {
+    /// Connects to `addr` (`host:port`) as `security` says, counting its
+    /// requests in `requests`.
+    pub async fn open(
+        addr: &str,
+        security: &Security,
+        timeout: Duration,
+        requests: Arc<Requests>,
+    ) -> Result<Self, WireError> {
         let connect = tokio::time::timeout(timeout, TcpStream::connect(addr));
         let tcp = connect
             .await
@@ -104,7 +131,7 @@ impl Conn {
                     .map_err(|_| WireError::Tls(format!("{addr}: handshake: timed out")))??,
             )),
         };
-        let mut conn = Self { addr: addr.into(), stream, versions: HashMap::new(), next_id: 0, timeout };
+        let mut conn = Self { addr: addr.into(), stream, versions: HashMap::new(), next_id: 0, timeout, requests };
         conn.negotiate().await?;
         if let Some(sasl) = &security.sasl {
             conn.authenticate(sasl).await?;
@@ -207,6 +234,7 @@ impl Conn {
         request.encode(&mut frame, version).map_err(encode)?;
         let length = (frame.len() - 4) as i32;
         frame[..4].copy_from_slice(&length.to_be_bytes());
+        self.requests.count(R::KEY);
         self.stream.write_all(&frame).await.map_err(io(&self.addr, "write"))?;
         let mut size = [0u8; 4];
         self.stream.read_exact(&mut size).await.map_err(io(&self.addr, "read"))?;
