@@ -196,6 +196,66 @@ def chain(name, r):
     return table(head, rows) + "\n\n" + source(name, r)
 
 
+def requests_text(requests):
+    total = sum(requests.values())
+    return f"{total} (" + ", ".join(f"{api} {n}" for api, n in sorted(requests.items())) + ")"
+
+
+def lag_scale(name, r):
+    f, c = r["figures"], r["config"]
+    shape = c["shape"]
+    rows = []
+    for x in f["runs"]:
+        steady = x["steady"]
+        durations = sorted(p["duration_ms"] for p in steady)
+        cpu = sum(p["cpu_ms"] for p in steady) / len(steady)
+        broker = sum(p["broker_cpu_ms"] for p in steady) / len(steady)
+        rows.append([
+            x["selection"], f"{x['cold']['duration_ms']:,.0f} ms ({x['cold']['cpu_ms']:,.0f} CPU-ms, "
+            f"{x['cold']['timed']:,} timestamps)", f"{durations[len(durations) // 2]:,.0f} ms",
+            f"{durations[-1]:,.0f} ms", f"{cpu:,.0f}", f"{broker:,.0f}", requests_text(steady[-1]["requests"]),
+            f"{x['rss_mib']:.0f} MiB", f"{x['scrape']['metrics_bytes'] / 1e6:.1f} MB, {x['scrape']['cpu_ms']:.0f} CPU-ms",
+        ])
+    head = ["groups by", "cold poll", "steady p50", "steady max", "CPU-ms/poll", "broker CPU-ms/poll",
+            "requests/poll (steady)", "RSS", "/metrics scrape"]
+    d = f["steady_duration"]
+    worst = max(d["max"], f["cold_duration_max_ms"])
+    verdict = "met" if f["target_met"] else "**missed**"
+    periods = [p["period_ms"] for x in f["runs"] for p in x["steady"] if p.get("period_ms")]
+    return (
+        table(head, rows)
+        + f"\n\n{f['groups']} groups × {shape['partitions']} partitions = {f['group_partitions']:,} group-partitions "
+        f"({shape['groups_per_topic']} groups on each of {shape['topics']} topics, each group at an offset of its own; "
+        f"{f['broker_partitions']:,} partitions on the broker), poll interval {c['poll_interval_ms']:,} ms, "
+        f"{d['count']} steady polls over {len(f['runs'])} runs (a fresh sluice-lag each). "
+        f"Every poll within the interval: {verdict} (largest {worst:,.0f} ms); "
+        f"polls started every {min(periods):,}–{max(periods):,} ms. "
+        f"sluice-lag: {f['cpu_us_per_group_partition']:.1f} CPU-µs per group-partition per poll; the broker: "
+        f"{f['broker_cpu_ms_per_poll']:,.0f} CPU-ms per poll window ({f['broker_idle_cpu_ms']:,.0f} with no poller). "
+        "The broker, sluice-lag and the harness share the machine's cores.\n\n" + source(name, r)
+    )
+
+
+def plot_lag_scale(r, path):
+    f = r["figures"]
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for x in f["runs"]:
+        polls = [x["cold"]] + x["steady"]
+        ax.plot(range(len(polls)), [p["duration_ms"] for p in polls], "o-", label=f"{x['selection']}: duration")
+        ax.plot(range(len(polls)), [p["cpu_ms"] for p in polls], "x:", label=f"{x['selection']}: sluice-lag CPU")
+    ax.axhline(r["config"]["poll_interval_ms"], color="red", linestyle="--", label="poll interval")
+    ax.set_yscale("log")
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax.set_xlabel("poll (0: the cold first poll)")
+    ax.set_ylabel("ms")
+    ax.set_title(f"sluice-lag: {f['group_partitions']:,} group-partitions per poll")
+    ax.legend(fontsize=7)
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 SECTIONS = {
     "stress-in-process": stress_in_process,
     "stress-kafka": stress_broker,
@@ -204,6 +264,7 @@ SECTIONS = {
     "barrier": barrier,
     "drain": drain,
     "chain": chain,
+    "lag-scale": lag_scale,
 }
 
 
@@ -323,6 +384,9 @@ def render(results, readme_path):
     if "drain" in found:
         plot_drain(found["drain"], os.path.join(plots, "lag-drain.png"))
         made.append("lag-drain.png")
+    if "lag-scale" in found:
+        plot_lag_scale(found["lag-scale"], os.path.join(plots, "lag-scale.png"))
+        made.append("lag-scale.png")
     stress = [(m, found[m]) for m in ("stress-in-process", "stress-kafka", "stress-full") if m in found]
     if stress:
         plot_stress(stress, os.path.join(plots, "stress-latency.png"))

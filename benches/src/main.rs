@@ -9,6 +9,8 @@
 //! - `contention`: experiment 2, locks before and after (see `contention`).
 //! - `barrier`: experiment 3, cohort barrier against the bounded pipeline.
 //! - `drain`: experiment 5, a backlog drained by 1, 2 and 4 instances.
+//! - `lag-scale`: one sluice-lag poller watching many groups × partitions on
+//!   the local broker (issue 14's scale target; see `lag_scale`).
 //! - `stress`: the stress harness: `--mode in-process` (the handling path's
 //!   ceiling with in-memory outputs), `kafka` and `full` (against the local
 //!   broker and Redis; see `broker`).
@@ -27,6 +29,7 @@ mod barrier;
 mod broker;
 mod contention;
 mod drain;
+mod lag_scale;
 mod live;
 mod machine;
 mod stats;
@@ -112,6 +115,37 @@ enum Mode {
         /// Fail unless the largest round reaches this speedup over one instance (CI smoke).
         #[arg(long)]
         min_speedup: Option<f64>,
+    },
+    /// One sluice-lag poller (the binary, built by this mode unless given)
+    /// watching topics × groups on the local broker: poll time, CPU, requests.
+    LagScale {
+        #[arg(long, default_value_t = 20)]
+        topics: usize,
+        /// Partitions per topic.
+        #[arg(long, default_value_t = 50)]
+        partitions: usize,
+        /// Groups per topic, each committed on every partition at an offset of its own.
+        #[arg(long, default_value_t = 10)]
+        groups_per_topic: usize,
+        /// Records per partition (more than the groups per topic: every group lags).
+        #[arg(long, default_value_t = 20)]
+        records_per_partition: i64,
+        #[arg(long, default_value_t = 5000)]
+        poll_interval_ms: u64,
+        /// Steady polls measured per run, after the cold first poll.
+        #[arg(long, default_value_t = 10)]
+        polls: usize,
+        #[arg(long, value_enum, value_delimiter = ',', default_value = "list,regex")]
+        selection: Vec<lag_scale::Selection>,
+        /// Runs of each selection, each a fresh sluice-lag.
+        #[arg(long, default_value_t = 1)]
+        repeats: usize,
+        /// The sluice-lag binary (default: built now with this benchmark's profile).
+        #[arg(long)]
+        lag_bin: Option<PathBuf>,
+        /// Fail if any poll, cold or steady, took longer, ms (CI smoke).
+        #[arg(long)]
+        max_poll_ms: Option<f64>,
     },
     /// Experiment 3: cohort barrier vs bounded pipeline under heavy-tailed IO.
     Barrier {
@@ -284,6 +318,44 @@ fn main() -> Result<()> {
                 );
             }
             ("drain", serde_json::to_value(&options)?, serde_json::to_value(&rounds)?)
+        }
+        Mode::LagScale {
+            topics,
+            partitions,
+            groups_per_topic,
+            records_per_partition,
+            poll_interval_ms,
+            polls,
+            selection,
+            repeats,
+            lag_bin,
+            max_poll_ms,
+        } => {
+            anyhow::ensure!(
+                records_per_partition > groups_per_topic as i64,
+                "--records-per-partition must exceed --groups-per-topic (every group lags)"
+            );
+            let shape = lag_scale::Shape { topics, partitions, groups_per_topic, records_per_partition };
+            let binary = lag_scale::binary(lag_bin.as_deref())?;
+            let options = lag_scale::Options {
+                shape,
+                poll_interval_ms,
+                polls: polls.max(1),
+                selections: selection,
+                repeats: repeats.max(1),
+                binary,
+            };
+            let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            let figures = tokio.block_on(lag_scale::run(&options))?;
+            tokio.shutdown_timeout(std::time::Duration::from_secs(5));
+            lag_scale::print(&options, &figures);
+            let worst = figures.steady_duration.max.max(figures.cold_duration_max_ms);
+            if let Some(max) = max_poll_ms
+                && worst > max
+            {
+                anyhow::bail!("a poll took {worst:.0} ms, above the smoke bound {max} ms");
+            }
+            ("lag-scale", serde_json::to_value(&options)?, serde_json::to_value(&figures)?)
         }
         Mode::Barrier { base_ms, slow_factor, slow_ppm, window_seconds, warmup_seconds, min_utilization } => {
             let io = barrier::Io { base_ms, slow_factor, slow_ppm };

@@ -39,3 +39,35 @@ impl Latency {
 pub fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds")
 }
+
+/// Median, mean and extremes of a few values (per-poll figures).
+#[derive(Debug, Clone, Copy, Serialize, Default)]
+pub struct Summary {
+    pub count: usize,
+    pub min: f64,
+    pub p50: f64,
+    pub mean: f64,
+    pub max: f64,
+}
+
+impl Summary {
+    /// The summary of `values` (all zero when empty); the median of an even
+    /// count is the upper middle value.
+    pub fn of(values: &[f64]) -> Self {
+        let mut sorted = values.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let Some((&min, &max)) = sorted.first().zip(sorted.last()) else { return Self::default() };
+        let mean = sorted.iter().sum::<f64>() / sorted.len() as f64;
+        Self { count: sorted.len(), min, p50: sorted[sorted.len() / 2], mean, max }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn summary_of_a_few_values() {
+        let s = super::Summary::of(&[3.0, 1.0, 2.0, 10.0]);
+        assert_eq!((s.count, s.min, s.p50, s.mean, s.max), (4, 1.0, 3.0, 4.0, 10.0));
+        assert_eq!(super::Summary::of(&[]).count, 0);
+    }
+}

@@ -236,6 +236,7 @@ part_bench_smoke() {
   bench drain --transactions 1500 --instances 1,2 --partitions 4 --io-ms 5 --concurrency 4 --min-speedup 1.3
   bench contention --seconds 0.2 --max-p99-us 2000
   bench barrier --base-ms 5 --slow-factor 20 --window-seconds 2 --warmup-seconds 0.5 --min-utilization 0.8
+  bench lag-scale --topics 2 --groups-per-topic 10 --polls 2 --poll-interval-ms 2000 --max-poll-ms 2000
   say "rendering the smoke results (tables and plots, into a temporary copy)"
   "$HERE/results.sh" --check --results "$out"
   rm -rf "$out"
