@@ -14,7 +14,7 @@ use crate::wire::{Cluster, RecordTime, TopicConfig, Tp, WireError};
 
 /// Topic configurations are read again after this long.
 const CONFIG_REFRESH_MS: i64 = 300_000;
-/// At most this many fetch rounds per poll (one offset per partition each).
+/// At most this many fetch rounds per poll (one fetch per leader each).
 const FETCH_ROUNDS: usize = 4;
 
 /// The stages of a poll, for its error counts.
@@ -185,8 +185,45 @@ impl Poller {
     }
 
     /// The timestamps of the records at every oldest unconsumed offset: from
-    /// the cache, or fetched (one offset per partition per fetch round).
+    /// the cache, or fetched. A fetch round asks each partition once, from its
+    /// lowest missing offset; what comes back answers every missing offset it
+    /// reaches, and a further round starts past it.
     async fn record_times(&mut self, readings: &mut Readings, leaders: &HashMap<Tp, i32>, errors: &mut PollErrors) {
+        let wanted = self.wanted_times(readings);
+        self.times.retain(|key, _| wanted.contains(key));
+        let mut missing: HashMap<Tp, Vec<i64>> = HashMap::new();
+        for (tp, offset) in wanted.iter().filter(|k| !self.times.contains_key(*k)) {
+            missing.entry(tp.clone()).or_default().push(*offset);
+        }
+        for _ in 0..FETCH_ROUNDS {
+            if missing.is_empty() {
+                break;
+            }
+            let answers = self.cluster.record_times(leaders, &missing).await;
+            let mut later = HashMap::new();
+            for (tp, offsets) in missing {
+                match answers.get(&tp) {
+                    Some(Ok(found)) => {
+                        let answered: HashSet<i64> = found.iter().map(|(at, _)| *at).collect();
+                        self.times.extend(found.iter().map(|(at, record)| ((tp.clone(), *at), *record)));
+                        let left: Vec<i64> = offsets.into_iter().filter(|o| !answered.contains(o)).collect();
+                        // Nothing found at all: nothing there yet (until the next poll).
+                        if !answered.is_empty() && !left.is_empty() {
+                            later.insert(tp, left);
+                        }
+                    }
+                    Some(Err(e)) => note(errors, Stage::Fetch, format!("{tp}: {e}")),
+                    // No leader known: the metadata stage has said why.
+                    None => {}
+                }
+            }
+            missing = later;
+        }
+        readings.times = self.times.clone();
+    }
+
+    /// The (partition, offset) of every group's oldest unconsumed record.
+    fn wanted_times(&self, readings: &Readings) -> HashSet<(Tp, i64)> {
         let mut wanted: HashSet<(Tp, i64)> = HashSet::new();
         for (group, reading) in &readings.groups {
             let Ok(committed) = &reading.committed else { continue };
@@ -199,36 +236,7 @@ impl Poller {
                 }
             }
         }
-        self.times.retain(|key, _| wanted.contains(key));
-        let mut missing: Vec<(Tp, i64)> = wanted.iter().filter(|k| !self.times.contains_key(*k)).cloned().collect();
-        for _ in 0..FETCH_ROUNDS {
-            if missing.is_empty() {
-                break;
-            }
-            // One offset per partition per fetch; other groups' offsets of
-            // the same partition wait for the next round.
-            let mut round: HashMap<Tp, i64> = HashMap::new();
-            let mut later = Vec::new();
-            for (tp, offset) in missing.drain(..) {
-                match round.entry(tp) {
-                    std::collections::hash_map::Entry::Occupied(taken) => later.push((taken.key().clone(), offset)),
-                    std::collections::hash_map::Entry::Vacant(free) => {
-                        free.insert(offset);
-                    }
-                }
-            }
-            missing = later;
-            for (tp, found) in self.cluster.record_times(leaders, &round).await {
-                match found {
-                    Ok(Some(record)) => {
-                        self.times.insert((tp.clone(), round[&tp]), record);
-                    }
-                    Ok(None) => {}
-                    Err(e) => note(errors, Stage::Fetch, format!("{tp}: {e}")),
-                }
-            }
-        }
-        readings.times = self.times.clone();
+        wanted
     }
 
     async fn topic_configs(&mut self, readings: &mut Readings, now_ms: i64, errors: &mut PollErrors) {

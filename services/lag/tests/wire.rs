@@ -80,13 +80,18 @@ async fn offsets_commits_groups_and_record_times_read_back_exactly() {
     let listed = cluster.list_groups().await.expect("groups");
     assert!(listed.iter().any(|g| g.group == group), "{listed:?}");
 
-    let wanted: HashMap<Tp, i64> =
-        [(Tp::new(&topic, 1), 10), (Tp::new(&topic, 2), 0), (Tp::new(&topic, 0), PER_PARTITION)].into();
+    // Two offsets of partition 1 in one fetch.
+    let wanted: HashMap<Tp, Vec<i64>> =
+        [(Tp::new(&topic, 1), vec![10, 25]), (Tp::new(&topic, 2), vec![0]), (Tp::new(&topic, 0), vec![PER_PARTITION])]
+            .into();
     let times = cluster.record_times(&leaders, &wanted).await;
-    let at = |p: i32| times[&Tp::new(&topic, p)].clone().expect("fetched");
-    assert_eq!(at(1).map(|r| (r.offset, r.timestamp_ms, r.log_append)), Some((10, stamp(1, 10), false)));
-    assert_eq!(at(2).map(|r| (r.offset, r.timestamp_ms)), Some((0, stamp(2, 0))));
-    assert_eq!(at(0), None, "nothing at the log end yet");
+    let at = |p: i32| -> Vec<(i64, i64, i64, bool)> {
+        let found = times[&Tp::new(&topic, p)].clone().expect("fetched");
+        found.iter().map(|(at, r)| (*at, r.offset, r.timestamp_ms, r.log_append)).collect()
+    };
+    assert_eq!(at(1), [(10, 10, stamp(1, 10), false), (25, 25, stamp(1, 25), false)]);
+    assert_eq!(at(2), [(0, 0, stamp(2, 0), false)]);
+    assert_eq!(at(0), [], "nothing at the log end yet");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

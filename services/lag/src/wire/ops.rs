@@ -433,12 +433,15 @@ impl Cluster {
     }
 
     /// The record at each wanted offset (or the first after it: a compacted
-    /// or control record), one `Fetch` per leader; `None`: nothing there yet.
+    /// or control record), one `Fetch` per leader, from each partition's
+    /// lowest wanted offset. What comes back answers every wanted offset it
+    /// reaches, so groups close together on a partition cost one fetch; an
+    /// offset beyond it (or with nothing there yet) is left out of the answer.
     pub async fn record_times(
         &self,
         leaders: &HashMap<Tp, i32>,
-        wanted: &HashMap<Tp, i64>,
-    ) -> PerPartition<Option<RecordTime>> {
+        wanted: &HashMap<Tp, Vec<i64>>,
+    ) -> PerPartition<Vec<(i64, RecordTime)>> {
         let mut asked: HashMap<Tp, i32> = HashMap::new();
         for tp in wanted.keys() {
             if let Some(leader) = leaders.get(tp) {
@@ -448,7 +451,8 @@ impl Cluster {
         let calls = by_leader(&asked).into_iter().map(|(leader, tps)| async move {
             let mut topics: BTreeMap<&str, Vec<(i32, i64)>> = BTreeMap::new();
             for tp in &tps {
-                topics.entry(&tp.topic).or_default().push((tp.partition, wanted[tp]));
+                let lowest = wanted[tp].iter().copied().min().unwrap_or(0);
+                topics.entry(&tp.topic).or_default().push((tp.partition, lowest));
             }
             let build = |_| {
                 let topics = topics.iter().map(|(name, parts)| {
@@ -471,15 +475,15 @@ impl Cluster {
                     .with_session_epoch(-1)
                     .with_topics(topics.collect())
             };
-            let mut out: PerPartition<Option<RecordTime>> = HashMap::new();
+            let mut out: PerPartition<Vec<(i64, RecordTime)>> = HashMap::new();
             // v12 is the last version naming topics (v13+ uses topic ids).
             match self.call_broker(leader, 12, build).await {
                 Ok(response) => {
                     for t in &response.responses {
                         for p in &t.partitions {
                             let tp = Tp::new(t.topic.0.as_str(), p.partition_index);
-                            let at = wanted.get(&tp).copied().unwrap_or(0);
-                            let value = kafka("Fetch", p.error_code).map(|()| first_record(p.records.clone(), at));
+                            let at = wanted.get(&tp).map_or(&[][..], Vec::as_slice);
+                            let value = kafka("Fetch", p.error_code).map(|()| records_at(p.records.clone(), at));
                             out.insert(tp, value);
                         }
                     }
@@ -492,19 +496,77 @@ impl Cluster {
     }
 }
 
-/// The first data record at or after `offset` in fetched record bytes; a
-/// batch cut short by the fetch size ends the search.
-fn first_record(records: Option<Bytes>, offset: i64) -> Option<RecordTime> {
-    let mut buf = records?;
-    while buf.has_remaining() {
+/// For each wanted offset, the first data record at or after it in fetched
+/// record bytes (offsets beyond the last record decoded get none); a batch cut
+/// short by the fetch size ends the search, and so does the last wanted offset.
+fn records_at(records: Option<Bytes>, wanted: &[i64]) -> Vec<(i64, RecordTime)> {
+    let mut wanted = wanted.to_vec();
+    wanted.sort_unstable();
+    wanted.dedup();
+    let mut pending = wanted.into_iter().peekable();
+    let mut found = Vec::new();
+    let Some(mut buf) = records else { return found };
+    while pending.peek().is_some() && buf.has_remaining() {
         let Ok(set) = RecordBatchDecoder::decode(&mut buf) else { break };
-        if let Some(r) = set.records.iter().find(|r| r.offset >= offset && !r.control) {
-            return Some(RecordTime {
+        for r in set.records.iter().filter(|r| !r.control) {
+            let time = RecordTime {
                 offset: r.offset,
                 timestamp_ms: r.timestamp,
                 log_append: r.timestamp_type == TimestampType::LogAppend,
-            });
+            };
+            while let Some(at) = pending.next_if(|at| *at <= r.offset) {
+                found.push((at, time));
+            }
         }
     }
-    None
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::BytesMut;
+    use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions};
+
+    use super::*;
+
+    /// One batch of records at `offsets` (timestamp 1000 + offset), `control` or
+    /// data (the encoder starts a new batch where offset − sequence changes).
+    fn batch(buf: &mut BytesMut, offsets: std::ops::RangeInclusive<i64>, control: bool) {
+        let records: Vec<Record> = offsets
+            .map(|offset| Record {
+                transactional: control,
+                control,
+                delete_horizon: false,
+                partition_leader_epoch: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset,
+                sequence: offset as i32,
+                timestamp: 1000 + offset,
+                key: None,
+                value: Some(Bytes::from_static(b"v")),
+                headers: Default::default(),
+            })
+            .collect();
+        let options = RecordEncodeOptions { version: 2, compression: Compression::None };
+        RecordBatchEncoder::encode(buf, &records, &options).expect("encoded");
+    }
+
+    #[test]
+    fn one_fetch_answers_every_wanted_offset_it_reaches() {
+        let mut buf = BytesMut::new();
+        batch(&mut buf, 10..=14, false);
+        batch(&mut buf, 15..=15, true);
+        batch(&mut buf, 16..=19, false);
+        let bytes = buf.freeze();
+        let found = records_at(Some(bytes.clone()), &[19, 11, 15, 25, 12, 11]);
+        let at: Vec<(i64, i64, i64)> = found.iter().map(|(o, r)| (*o, r.offset, r.timestamp_ms)).collect();
+        // 15 is a transaction marker: its answer is the next data record.
+        assert_eq!(at, [(11, 11, 1011), (12, 12, 1012), (15, 16, 1016), (19, 19, 1019)], "25 is beyond the records");
+        // The last batch cut short by the fetch size: what it would answer is left out.
+        let cut = records_at(Some(bytes.slice(..bytes.len() - 5)), &[12, 17]);
+        assert_eq!(cut.iter().map(|(o, _)| *o).collect::<Vec<_>>(), [12]);
+        assert!(records_at(None, &[3]).is_empty(), "nothing there yet");
+    }
 }
