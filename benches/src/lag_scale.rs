@@ -193,7 +193,7 @@ async fn measure(stack: &Stack, fleet: &Fleet, options: &Options, selection: Sel
     let (cpu1, broker1) = (watched.cpu(), broker());
     let cold_rss_mib = watched.rss_mib().0;
     let (mut last, mut cost) = watched.scrape().await?;
-    let mut problems = check(fleet, &last, false);
+    let mut problems = check(fleet, &last);
     let cold = Poll {
         duration_ms: last.poll_seconds * 1e3,
         cpu_ms: ms(cpu1 - cpu0),
@@ -213,7 +213,7 @@ async fn measure(stack: &Stack, fleet: &Fleet, options: &Options, selection: Sel
         let (cpu_b, broker_b) = (watched.cpu(), broker());
         let (now, now_cost) = watched.scrape().await?;
         overlaps += usize::from(now.polls != last.polls + 1 || sluice_core::clock::now_ms() > start + interval - lead);
-        problems.extend(check(fleet, &now, false));
+        problems.extend(check(fleet, &now));
         steady.push(Poll {
             duration_ms: (now.poll_seconds - last.poll_seconds) * 1e3,
             cpu_ms: ms(cpu_b - cpu_a),
@@ -224,7 +224,6 @@ async fn measure(stack: &Stack, fleet: &Fleet, options: &Options, selection: Sel
         });
         (last, cost) = (now, now_cost);
     }
-    problems.extend(check(fleet, &last, true));
     let (rss_mib, peak_rss_mib) = watched.rss_mib();
     let tail = watched.log_tail();
     let code = watched.stop();
@@ -233,9 +232,9 @@ async fn measure(stack: &Stack, fleet: &Fleet, options: &Options, selection: Sel
     Ok(Run { selection, cold, steady, cold_rss_mib, rss_mib, peak_rss_mib, scrape: cost, overlaps })
 }
 
-/// What is wrong with a read (`timed`: every time lag must be known by now;
-/// the first polls may leave some for later, see `FETCH_ROUNDS` in the poller).
-fn check(fleet: &Fleet, s: &Scrape, timed: bool) -> Vec<String> {
+/// What is wrong with a read. Every time lag is known from the cold poll on:
+/// a partition's groups are close together, so one fetch reaches them all.
+fn check(fleet: &Fleet, s: &Scrape) -> Vec<String> {
     let (groups, gp) = (fleet.shape.groups(), fleet.shape.group_partitions());
     let mut problems = Vec::new();
     if s.groups != groups as i64 || s.lag_series != gp {
@@ -247,7 +246,7 @@ fn check(fleet: &Fleet, s: &Scrape, timed: bool) -> Vec<String> {
     if s.errors != 0.0 {
         problems.push(format!("{} poll errors", s.errors));
     }
-    if timed && s.time_lags.len() != gp {
+    if s.time_lags.len() != gp {
         problems.push(format!("{} time lags, expected {gp}", s.time_lags.len()));
     }
     let offsets: std::collections::HashMap<&str, i64> =
