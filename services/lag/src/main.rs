@@ -80,8 +80,9 @@ async fn run() -> anyhow::Result<()> {
             tracing::warn!(?errors, "Poll incomplete");
         }
         picture_tx.send_replace(Arc::new(picture));
+        // From the poll's start, publishing included: polls start every interval.
         tokio::select! {
-            () = tokio::time::sleep(next_wait(config.poll_interval, took)) => {}
+            () = tokio::time::sleep(next_wait(config.poll_interval, started.elapsed())) => {}
             () = &mut shutdown => break,
         }
     }
