@@ -239,17 +239,21 @@ def lag_scale(name, r):
 def plot_lag_scale(r, path):
     f = r["figures"]
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    for x in f["runs"]:
+    for i, x in enumerate(f["runs"]):
         polls = [x["cold"]] + x["steady"]
-        ax.plot(range(len(polls)), [p["duration_ms"] for p in polls], "o-", label=f"{x['selection']}: duration")
-        ax.plot(range(len(polls)), [p["cpu_ms"] for p in polls], "x:", label=f"{x['selection']}: sluice-lag CPU")
+        marker = "o" if x["selection"] == "list" else "s"
+        first = i < 2
+        ax.plot(range(len(polls)), [p["duration_ms"] for p in polls], marker + "-", color="C0", alpha=0.6,
+                label=f"poll duration, groups by {x['selection']}" if first else None)
+        ax.plot(range(len(polls)), [p["cpu_ms"] for p in polls], marker + ":", color="C1", alpha=0.6,
+                label=f"sluice-lag CPU, groups by {x['selection']}" if first else None)
     ax.axhline(r["config"]["poll_interval_ms"], color="red", linestyle="--", label="poll interval")
     ax.set_yscale("log")
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.set_xlabel("poll (0: the cold first poll)")
     ax.set_ylabel("ms")
-    ax.set_title(f"sluice-lag: {f['group_partitions']:,} group-partitions per poll")
-    ax.legend(fontsize=7)
+    ax.set_title(f"sluice-lag: {f['group_partitions']:,} group-partitions, {len(f['runs'])} runs")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, 0.9), ncol=2)
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
