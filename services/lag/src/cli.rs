@@ -70,7 +70,7 @@ fn row(p: &PartitionPicture) -> [String; COLUMNS] {
 /// The group as text.
 pub fn render(g: &GroupPicture) -> String {
     let mut out = format!(
-        "GROUP {}  state {}  members {}  status {}{}\n  lag {}  time lag {}  rebalances {} (last pause {})\n",
+        "GROUP {}  state {}  members {}  status {}{}\n  lag {}  time lag {}  rebalances {} (pauses, newest last: {})\n",
         g.group,
         g.state.as_deref().unwrap_or("unknown"),
         g.members.map_or("-".into(), |m| m.to_string()),
@@ -79,7 +79,11 @@ pub fn render(g: &GroupPicture) -> String {
         g.lag.map_or("-".into(), |l| l.to_string()),
         seconds(g.time_lag_ms),
         g.rebalances,
-        seconds(g.last_rebalance_pause_ms),
+        if g.recent_rebalances.is_empty() {
+            "-".to_string()
+        } else {
+            g.recent_rebalances.iter().map(|r| seconds(Some(r.pause_ms))).collect::<Vec<_>>().join(" ")
+        },
     );
     if let Some(e) = &g.error {
         out.push_str(&format!("  error: {e}\n"));

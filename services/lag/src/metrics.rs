@@ -12,7 +12,7 @@
 use std::collections::HashSet;
 use std::sync::Mutex;
 
-use prometheus::{GaugeVec, Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
 
 use crate::picture::Picture;
 use crate::poller::{PollErrors, Stage};
@@ -75,6 +75,9 @@ pub struct Metrics {
     group_state: Family,
     rebalances: Family,
     rebalance_pause: Family,
+    /// Every rebalance's pause, per group (a group no longer watched is removed).
+    rebalance_pauses: HistogramVec,
+    paused_groups: Mutex<HashSet<String>>,
     poll_duration: Histogram,
     poll_errors: IntCounterVec,
     requests: IntCounterVec,
@@ -108,8 +111,18 @@ impl Metrics {
             IntGauge::new("sluice_lag_last_poll_timestamp_seconds", "When the last poll ended, Unix seconds.")
                 .expect("valid metric");
         let groups = IntGauge::new("sluice_lag_groups", "Groups watched.").expect("valid metric");
+        let rebalance_pauses = HistogramVec::new(
+            HistogramOpts::new(
+                "sluice_lag_rebalance_pause_seconds",
+                "How long consumption stopped in each rebalance seen (to a poll interval).",
+            )
+            .buckets(vec![1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0]),
+            &["consumergroup"],
+        )
+        .expect("valid metric");
         for m in [
-            Box::new(poll_duration.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(rebalance_pauses.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(poll_duration.clone()),
             Box::new(poll_errors.clone()),
             Box::new(requests.clone()),
             Box::new(last_poll.clone()),
@@ -195,6 +208,8 @@ impl Metrics {
                 "How long consumption stopped in the last rebalance (to a poll interval).",
                 &["consumergroup"],
             ),
+            rebalance_pauses,
+            paused_groups: Mutex::default(),
             poll_duration,
             poll_errors,
             requests,
@@ -239,12 +254,31 @@ impl Metrics {
         for family in self.families() {
             family.finish();
         }
+        self.publish_pauses(picture);
         for (stage, list) in errors {
             self.poll_errors.with_label_values(&[stage.as_str()]).inc_by(list.len() as u64);
         }
         self.poll_duration.observe(took_seconds);
         self.last_poll.set(picture.at_ms / 1000);
         self.groups.set(picture.groups.len() as i64);
+    }
+
+    /// Observes the rebalance pauses that ended in this poll; drops the
+    /// histograms of groups no longer watched.
+    fn publish_pauses(&self, picture: &Picture) {
+        let mut seen = self.paused_groups.lock().unwrap_or_else(|e| e.into_inner());
+        let now: HashSet<String> = picture.groups.iter().map(|g| g.group.clone()).collect();
+        for gone in seen.difference(&now) {
+            let _ = self.rebalance_pauses.remove_label_values(&[gone]);
+        }
+        seen.retain(|g| now.contains(g));
+        for g in picture.groups.iter().filter(|g| !g.pauses_ended_ms.is_empty()) {
+            let histogram = self.rebalance_pauses.with_label_values(&[&g.group]);
+            for pause in &g.pauses_ended_ms {
+                histogram.observe(*pause as f64 / 1000.0);
+            }
+            seen.insert(g.group.clone());
+        }
     }
 
     /// Sets the request counters to the wire client's totals (by API name).
@@ -342,5 +376,45 @@ mod tests {
         let text = prometheus::TextEncoder::new().encode_to_string(&m.registry.gather()).expect("text");
         let count = |api: &str| sluice_service::process::metric(&text, "sluice_lag_requests_total", api);
         assert_eq!((count("\"Fetch\""), count("\"OffsetFetch\"")), (5.0, 1.0));
+    }
+
+    #[test]
+    fn each_rebalance_pause_is_observed_and_a_group_no_longer_watched_is_dropped() {
+        use crate::model::status::{Status, Verdict};
+        let group = |name: &str, pauses: Vec<i64>| crate::picture::GroupPicture {
+            group: name.into(),
+            state: None,
+            protocol: None,
+            members: None,
+            status: Verdict { status: Status::Ok, reason: String::new() },
+            lag: None,
+            time_lag_ms: None,
+            rebalances: pauses.len() as u64,
+            last_rebalance_pause_ms: pauses.last().copied(),
+            recent_rebalances: Vec::new(),
+            pauses_ended_ms: pauses,
+            error: None,
+            partitions: Vec::new(),
+        };
+        let m = Metrics::new();
+        let text = |m: &Metrics| prometheus::TextEncoder::new().encode_to_string(&m.registry.gather()).expect("text");
+        let a = "consumergroup=\"a\"";
+        let picture = Picture { at_ms: 1_000, groups: vec![group("a", vec![3_000, 12_000]), group("b", vec![])] };
+        m.publish(&picture, 0.01, &PollErrors::default());
+        let t = text(&m);
+        let value = |t: &str, suffix: &str, labels: &str| {
+            sluice_service::process::metric(t, &format!("sluice_lag_rebalance_pause_seconds{suffix}"), labels)
+        };
+        assert_eq!((value(&t, "_count", a), value(&t, "_sum", a)), (2.0, 15.0), "{t}");
+        assert_eq!(value(&t, "_bucket", "le=\"5\""), 1.0, "3 s is under 5 s, 12 s is not");
+        assert!(!t.contains("sluice_lag_rebalance_pause_seconds_count{consumergroup=\"b\""), "no pause, no histogram");
+        m.publish(&Picture { at_ms: 2_000, groups: vec![group("a", vec![1_000])] }, 0.01, &PollErrors::default());
+        assert_eq!(value(&text(&m), "_count", a), 3.0);
+        m.publish(&Picture { at_ms: 3_000, groups: vec![group("b", vec![])] }, 0.01, &PollErrors::default());
+        let t = text(&m);
+        assert!(
+            !t.contains(&format!("sluice_lag_rebalance_pause_seconds_count{{{a}")),
+            "a group no longer watched: {t}"
+        );
     }
 }

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde::{Deserialize, Serialize};
 
 use crate::config::LagConfig;
-use crate::model::group::{GroupPoll, GroupTracker};
+use crate::model::group::{GroupPoll, GroupTracker, RebalancePause};
 use crate::model::history::{History, Sample};
 use crate::model::lag::{Lag, Log, time_lag_ms};
 use crate::model::retention_headroom_ms;
@@ -79,6 +79,12 @@ pub struct GroupPicture {
     pub time_lag_ms: Option<i64>,
     pub rebalances: u64,
     pub last_rebalance_pause_ms: Option<i64>,
+    /// The newest rebalances whose consumption resumed, oldest first: how
+    /// long consumption stopped for each (to a poll interval).
+    pub recent_rebalances: Vec<RebalancePause>,
+    /// Pauses that ended at this poll (for the histogram; not in the JSON).
+    #[serde(skip)]
+    pub pauses_ended_ms: Vec<i64>,
     pub error: Option<String>,
     pub partitions: Vec<PartitionPicture>,
 }
@@ -146,10 +152,17 @@ impl State {
         let time_lag_ms = partitions.iter().filter_map(|p| p.time_lag_ms).max();
         let description = reading.description.as_ref().ok();
         let tracker = self.trackers.entry(name.to_string()).or_default();
+        let mut pauses_ended_ms = Vec::new();
         if let Some(d) = description {
             let committed = reading.committed.as_ref().ok().map(|c| c.values().sum());
             let members = d.members.iter().map(|m| m.member_id.clone()).collect();
-            tracker.observe(GroupPoll { at_ms: readings.at_ms, state: &d.state, members, committed, lag });
+            pauses_ended_ms.extend(tracker.observe(GroupPoll {
+                at_ms: readings.at_ms,
+                state: &d.state,
+                members,
+                committed,
+                lag,
+            }));
         }
         let errors: Vec<String> = [reading.committed.as_ref().err(), reading.description.as_ref().err()]
             .into_iter()
@@ -166,6 +179,8 @@ impl State {
             time_lag_ms,
             rebalances: tracker.rebalances,
             last_rebalance_pause_ms: tracker.last_pause_ms,
+            recent_rebalances: tracker.recent.iter().copied().collect(),
+            pauses_ended_ms,
             error: (!errors.is_empty()).then(|| errors.join("; ")),
             partitions,
         }

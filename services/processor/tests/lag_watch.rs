@@ -3,6 +3,7 @@
 //! and none is left. Their own lag gauge goes with them, but sluice-lag keeps
 //! reporting the group's lag, and it keeps growing, and names the stopped
 //! partitions (STALL while the dead members still hold them, STOP after).
+//! Before that, the processors joining is seen as rebalancing, with the pause.
 
 mod jepsen;
 
@@ -60,6 +61,20 @@ async fn the_lag_keeps_being_reported_and_growing_when_every_processor_is_killed
         assert!(Instant::now() < deadline, "never consuming: {:#?}", picture(port, &s.group));
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // Joining was rebalancing: how long consumption stopped is recorded, each time.
+    let joined = loop {
+        let g = picture(port, &s.group).expect("picture");
+        if !g.recent_rebalances.is_empty() {
+            break g;
+        }
+        assert!(Instant::now() < deadline, "no rebalance pause recorded: {g:#?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let pause = joined.recent_rebalances.last().map(|r| r.pause_ms);
+    assert!(joined.rebalances >= 1 && pause.is_some_and(|p| (0..30_000).contains(&p)), "{joined:#?}");
+    let text = http_get(port, "/metrics").map(|(_, b)| b).unwrap_or_default();
+    let seen = sluice_service::process::metric(&text, "sluice_lag_rebalance_pause_seconds_count", &s.group);
+    assert!(seen >= 1.0, "each pause is in the histogram: {seen}");
     let ports: Vec<u16> = processors.iter().map(|p| p.admin_port).collect();
     let own = http_get(ports[0], "/metrics").map(|(_, b)| b).unwrap_or_default();
     for p in processors {

@@ -6,7 +6,20 @@
 //! until the first poll at which they advance again, so the pause is known to
 //! a poll interval.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+/// How many ended rebalances a group keeps for its picture.
+pub const RECENT_REBALANCES: usize = 10;
+
+/// A rebalance whose consumption resumed: when, and how long it stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RebalancePause {
+    /// The poll at which the committed offsets advanced again.
+    pub resumed_ms: i64,
+    pub pause_ms: i64,
+}
 
 /// One group's rebalance bookkeeping.
 #[derive(Debug, Clone, Default)]
@@ -18,6 +31,8 @@ pub struct GroupTracker {
     open: Option<i64>,
     pub rebalances: u64,
     pub last_pause_ms: Option<i64>,
+    /// The newest ended rebalances, oldest first.
+    pub recent: VecDeque<RebalancePause>,
 }
 
 /// What one poll says of a group.
@@ -55,6 +70,10 @@ impl GroupTracker {
             if advanced {
                 let pause = poll.at_ms - since;
                 self.last_pause_ms = Some(pause);
+                if self.recent.len() == RECENT_REBALANCES {
+                    self.recent.pop_front();
+                }
+                self.recent.push_back(RebalancePause { resumed_ms: poll.at_ms, pause_ms: pause });
                 ended = Some(pause);
                 self.open = None;
             } else if poll.lag == Some(0) {
@@ -101,5 +120,32 @@ mod tests {
         // A member leaves while caught up: counted, no pause to measure.
         g.observe(poll(5_000, "Stable", &["a"], 400, 0));
         assert_eq!((g.rebalances, g.last_pause_ms), (2, Some(3_000)));
+        assert_eq!(g.recent, [RebalancePause { resumed_ms: 4_000, pause_ms: 3_000 }]);
+    }
+
+    #[test]
+    fn each_pause_is_kept_up_to_the_newest_ten() {
+        let mut g = GroupTracker::default();
+        let (ab, a): (&[&str], &[&str]) = (&["a", "b"], &["a"]);
+        let mut committed = 0;
+        g.observe(poll(-1_000, "Stable", a, committed, 50));
+        for i in 0..12 {
+            let at = i * 100_000;
+            // Consuming, then a member comes or goes, and consumption resumes
+            // i + 2 s after the last progress.
+            let (before, after) = if i % 2 == 0 { (a, ab) } else { (ab, a) };
+            committed += 10;
+            g.observe(poll(at, "Stable", before, committed, 50));
+            g.observe(poll(at + 1_000, "Rebalancing", after, committed, 60));
+            for k in 0..i {
+                g.observe(poll(at + 2_000 + k * 1_000, "Stable", after, committed, 70));
+            }
+            committed += 10;
+            let resumed = g.observe(poll(at + 2_000 + i * 1_000, "Stable", after, committed, 40));
+            assert_eq!(resumed, Some(2_000 + i * 1_000), "round {i}");
+        }
+        assert_eq!(g.rebalances, 12);
+        let pauses: Vec<i64> = g.recent.iter().map(|r| r.pause_ms).collect();
+        assert_eq!(pauses, (2..12).map(|i| 2_000 + i * 1_000).collect::<Vec<_>>(), "the newest ten, oldest first");
     }
 }
