@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Plots a sluice-demo report: consumer-group lag, processor instances and
-throughput over the run, the picture an SRE looks at first.
+"""Plots a sluice-demo report: consumer-group lag (records, and sluice-lag's
+exact time lag), processor instances and throughput over the run, the picture
+an SRE looks at first.
 
 Usage: plot_demo.py REPORT.json OUT.png
 """
@@ -28,7 +29,15 @@ def main(report_path, out_path):
     lag.plot(t, [s["lag"] for s in timeline], color="tab:red")
     lag.axhline(settings["lag_threshold"], color="grey", linestyle=":", label="lag threshold (1 processor)")
     lag.set_ylabel("group lag (records)")
-    lag.legend(loc="upper right")
+    lag.legend(loc="upper left")
+    # sluice-lag's time lag: the age of the oldest unconsumed record (a gap where unknown).
+    seconds = [s.get("lag_seconds") for s in timeline]
+    behind = lag.twinx()
+    behind.plot(t, [float("nan") if v is None else v for v in seconds], color="tab:purple", linewidth=1,
+                label="time lag (s, sluice-lag)")
+    behind.set_ylabel("time lag (s)")
+    behind.set_ylim(bottom=0)
+    behind.legend(loc="upper right")
     procs.step(t, [s["processors"] for s in timeline], where="post", color="tab:blue")
     procs.set_ylabel("processors")
     procs.set_ylim(0, settings["max_processors"] + 1)
