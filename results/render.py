@@ -78,24 +78,50 @@ def stress_in_process(name, r):
     )
 
 
+def cost_cells(c):
+    """CPU-µs per record of the process / broker / Redis, context switches per record
+    of the process, the broker's produce and fetch requests/s and records per produce request."""
+    cpu, cs, b = c["cpu_us_per_record"], c["context_switches_per_record"], c["broker"]
+    return [
+        f"{cpu['process']:.1f} / {cpu['broker']:.1f} / {cpu['redis']:.1f}",
+        f"{cpu['process'] + cpu['broker'] + cpu['redis']:.1f}",
+        f"{cs['process']:.2f}",
+        f"{n0(b['produce_per_sec'])} / {n0(b['fetch_per_sec'])}",
+        f"{b['records_per_produce_request']:.1f}" if b["produce_requests"] else "—",
+    ]
+
+
+COST_HEAD = ["CPU-µs/record (process / broker / Redis)", "whole system", "switches/record",
+             "broker produce / fetch req/s", "records/produce req"]
+
+
+def threads_text(c, top=5):
+    return ", ".join(f"{name} {us:.1f}" for name, us in c["threads_cpu_us_per_record"][:top])
+
+
 def stress_broker(name, r):
     f = r["figures"]
     b, o = f["backlog"], f["open_loop"]
-    lat, cpu = o["latency"], o["cpu_us_per_record"]
+    lat, c = o["latency"], o["cost"]
+    ceiling = b["ceiling"]
+    rows = [
+        ["bare rdkafka consume + commit (the client's ceiling)", n0(b["bare_consumer"]["records_per_sec"]),
+         f"{b['bare_consumer']['records_per_sec'] / ceiling['records_per_sec']:.2f}", *cost_cells(b["bare_consumer_cost"])],
+        [f"fair ceiling: {ceiling['variant']}", n0(ceiling["records_per_sec"]), "1.00", *cost_cells(b["ceiling_cost"])],
+        ["processor", n0(b["processor_records_per_sec"]), f"{b['processor_over_ceiling']:.3f}",
+         *cost_cells(b["processor_cost"])],
+    ]
     lines = [
-        table(
-            ["backlog drain", "records/s"],
-            [
-                ["feeder (records handed to the producer)", n0(b["produce"]["records_per_sec"])],
-                ["bare rdkafka consume + commit", n0(b["bare_consumer"]["records_per_sec"])],
-                ["processor", n0(b["processor_records_per_sec"])],
-                ["processor ÷ bare consumer", f"{b['processor_over_bare']:.3f}"],
-                ["Redis commands per round trip (saturated)",
-                 f"{b['saturated']['redis']['commands_per_round_trip']:.1f}" if "saturated" in b else "—"],
-                ["Kafka records per produce request (saturated)",
-                 f"{b['saturated']['kafka']['records_per_produce_request']:.1f}" if "saturated" in b else "—"],
-            ],
-        ),
+        table(["backlog drain", "records/s", "÷ fair ceiling", *COST_HEAD], rows),
+        "",
+        f"Processor ÷ fair ceiling **{b['processor_over_ceiling']:.3f}**; processor ÷ bare consumer "
+        f"{b['processor_over_bare']:.3f}. Backlog of {f['distinct_records']:,} records, produced at "
+        f"{n0(b['produce']['records_per_sec'])} records/s before the drains. Saturated, the processor sent "
+        + (f"{b['saturated']['redis']['commands_per_round_trip']:.1f} Redis commands per round trip and "
+           if r["figures"]["mode"] == "full" else "")
+        + f"{b['saturated']['kafka']['records_per_produce_request']:.1f} records per produce request; its "
+        f"threads, CPU-µs/record: {threads_text(b['processor_cost'])}. The ceiling runs on one thread (and "
+        f"librdkafka's) and sent {n0(b['ceiling']['batches'])} batches.",
         "",
         table(
             ["rate search (5 s trials, feeder running)", "value"],
@@ -114,21 +140,26 @@ def stress_broker(name, r):
                 ["latency p50 / p95 / p99", f"{ms(lat['p50_ns'])} / {ms(lat['p95_ns'])} / {ms(lat['p99_ns'])}"],
                 ["latency p999 / max", f"{ms(lat['p999_ns'])} / {ms(lat['max_ns'])}"],
                 ["p99 ÷ p50", f"{o['p99_over_p50']:.2f}"],
-                [
-                    "CPU-µs/record (bench process / broker / Redis)",
-                    f"{cpu['bench_process']:.1f} / {cpu['broker']:.1f} / {cpu['redis']:.1f}",
-                ],
-                ["peak RSS (bench process)", f"{o['peak_rss_mib']:.0f} MiB"],
-                ["Redis round trips per 1,000 records", f"{o['redis']['round_trips_per_1000_records']:.1f}"],
+                ["CPU-µs/record: processor / broker / Redis (whole system)",
+                 f"{cost_cells(c)[0]} ({cost_cells(c)[1]})"],
+                ["CPU-µs/record: the feeder (own process, not in the whole system)",
+                 f"{c['cpu_us_per_record']['feeder']:.1f}"],
+                ["context switches/record: processor / broker / Redis",
+                 " / ".join(f"{c['context_switches_per_record'][k]:.2f}" for k in ("process", "broker", "redis"))],
+                ["processor threads, CPU-µs/record", threads_text(c, 6)],
+                ["broker: produce / fetch requests/s (all clients)", cost_cells(c)[3]],
+                ["broker: records per produce request (all producers)", cost_cells(c)[4]],
+                ["processor: records per produce request", f"{o['kafka']['records_per_produce_request']:.1f}"],
                 ["Redis commands per round trip", f"{o['redis']['commands_per_round_trip']:.1f}"],
+                ["Redis round trips per 1,000 records", f"{o['redis']['round_trips_per_1000_records']:.1f}"],
                 ["Redis connections held", str(o["redis"]["connections"])],
-                ["Kafka records per produce request", f"{o['kafka']['records_per_produce_request']:.1f}"],
+                ["peak RSS (bench process)", f"{o['peak_rss_mib']:.0f} MiB"],
             ],
         ),
         "",
-        f"{f['distinct_records']:,} distinct records; open loop {r['config']['seconds']:.0f} s "
-        f"({o['records']:,} records, replayed past the distinct set). Latency runs from when each record "
-        "was due to when the processor finished it (coordinated omission corrected).",
+        f"Open loop {r['config']['seconds']:.0f} s ({o['records']:,} records, replayed past the distinct set), "
+        "fed by a feeder in its own process. Latency runs from when each record was due to when the processor "
+        "finished it (coordinated omission corrected).",
         "",
         source(name, r),
     ]

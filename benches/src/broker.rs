@@ -22,7 +22,7 @@
 //! Either way the handler is `DexHandler`, the production code.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -30,6 +30,10 @@ use sluice_dex::DexHandler;
 use sluice_dex::outputs::InMemory;
 use sluice_runtime::metrics::RuntimeMetrics;
 
+use crate::ceiling::{self, Ceiling};
+use crate::cost::{Cost, Sample};
+use crate::feeder::{FeedSpec, Feeder};
+use crate::jmx::Jmx;
 use crate::live::{
     Bare, Fed, Instance, Measured, Partitioner, Probe, Progress, Schedule, Stack, await_assigned, await_done, balanced,
     feed,
@@ -57,6 +61,8 @@ pub struct Options {
     pub partitions: usize,
     /// Extra librdkafka properties for the processor (`k=v,k=v`).
     pub kafka_properties: Option<String>,
+    /// A perf profile of this process during the open loop, into this file.
+    pub profile: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -73,10 +79,17 @@ pub struct Figures {
 #[derive(Debug, Clone, Serialize)]
 pub struct Backlog {
     pub produce: Fed,
+    /// The client's own ceiling: consume and commit, nothing else.
     pub bare_consumer: Bare,
+    pub bare_consumer_cost: Cost,
+    /// The fair ceiling: the processor's work without the processor.
+    pub ceiling: Ceiling,
+    pub ceiling_cost: Cost,
     pub processor_records_per_sec: f64,
     pub processor_seconds: f64,
+    pub processor_cost: Cost,
     pub processor_over_bare: f64,
+    pub processor_over_ceiling: f64,
     /// Sink batching while the processor drained the backlog (saturated).
     pub saturated: Sinks,
 }
@@ -98,20 +111,14 @@ pub struct OpenLoop {
     /// Due time → completion, coordinated omission corrected.
     pub latency: Latency,
     pub p99_over_p50: f64,
-    pub cpu_us_per_record: Cpu,
+    /// Per record: this process is the processor alone (the feeder runs in
+    /// its own process, reported as `feeder`).
+    pub cost: Cost,
     pub peak_rss_mib: f64,
     pub redis: RedisFigures,
     pub kafka: KafkaFigures,
     /// Completions the schedule could not place (should be 0).
     pub unscheduled: u64,
-}
-
-/// CPU-µs per record: this process (processor and feeder), the broker, Redis.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct Cpu {
-    pub bench_process: f64,
-    pub broker: f64,
-    pub redis: f64,
 }
 
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -174,28 +181,88 @@ pub async fn prepare_input(stack: &Stack, mode: Mode, traffic: &Traffic, input: 
 pub async fn run(options: &Options) -> Result<Figures> {
     let mut stack = Stack::from_env()?;
     stack.processor_properties = options.kafka_properties.clone();
+    let jmx = Jmx::from_env()?;
     let (mode, partitions) = (options.mode, options.partitions);
     eprintln!("  generating {} transactions of chainsim traffic", options.transactions);
     let traffic = Arc::new(Traffic::generate(options.transactions));
-    let n = traffic.records.len();
-
-    // Phase 1: the backlog, drained by the bare consumer, then the processor.
-    let input = stack.name("backlog");
-    prepare_input(&stack, mode, &traffic, &input, partitions).await?;
-    eprintln!("  producing the backlog: {n} records to {input}");
     let partitioner = balanced(&traffic, partitions);
+    let backlog = backlog(&stack, &jmx, mode, &traffic, &partitioner, partitions).await?;
+
+    // Phase 2: the highest rate the processor sustains with the feeder
+    // running beside it (the backlog rate had the machine to itself), then
+    // the open loop at 70% of that.
+    let ramp = match options.rate {
+        Some(_) => Vec::new(),
+        None => ramp(&stack, mode, &traffic, &partitioner, partitions, backlog.processor_records_per_sec).await?,
+    };
+    let max_sustained = ramp
+        .iter()
+        .filter(|t| t.sustained)
+        .map(|t| t.rate)
+        .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))));
+    let rate = options.rate.unwrap_or(0.7 * max_sustained.unwrap_or(backlog.processor_records_per_sec));
+    let shape = Shape { mode, traffic: &traffic, partitioner: &partitioner, partitions };
+    let profile = options.profile.as_deref();
+    let open_loop = open_loop(&stack, Some(&jmx), &shape, rate, options.seconds, "open", profile).await?;
+    Ok(Figures {
+        mode,
+        distinct_records: traffic.records.len(),
+        backlog,
+        ramp,
+        max_sustained_rate: max_sustained,
+        open_loop,
+    })
+}
+
+/// Phase 1: one backlog, drained by the bare consumer, by the fair ceiling,
+/// then by the processor, each with a group of its own, one after the other.
+async fn backlog(
+    stack: &Stack,
+    jmx: &Jmx,
+    mode: Mode,
+    traffic: &Arc<Traffic>,
+    partitioner: &Partitioner,
+    partitions: usize,
+) -> Result<Backlog> {
+    let n = traffic.records.len();
+    let input = stack.name("backlog");
+    prepare_input(stack, mode, traffic, &input, partitions).await?;
+    let ceiling_topic = format!("{input}.ceiling");
+    stack.create_topics(&[(&ceiling_topic, partitions as i32)]).await?;
+    let swaps = ceiling::swap_payloads(traffic, 4096).await?;
+    eprintln!("  producing the backlog: {n} records to {input}");
     let produce = feed(&stack.kafka, &input, partitioner.clone(), traffic.clone(), n, None)
         .join()
         .map_err(|_| anyhow::anyhow!("feeder panicked"))??;
-    let (bare_config, _) = stack.processor_config(&input, &stack.name("bare"), &[])?;
+
     eprintln!("  bare consumer draining the backlog");
+    let (bare_config, _) = stack.processor_config(&input, &stack.name("bare"), &[])?;
+    let before = Sample::start(stack, Some(jmx), None)?;
     let bare = tokio::task::spawn_blocking(move || {
         crate::live::bare_consume(&bare_config, n as u64, Duration::from_secs(600))
     })
     .await??;
+    let bare_consumer_cost = before.cost(&Sample::end(stack, Some(jmx), None)?, n as u64);
+
+    eprintln!("  fair ceiling ({mode:?} mode) draining the backlog");
+    let (ceiling_config, _) = stack.processor_config(&input, &stack.name("ceiling"), &[])?;
+    let redis = match mode {
+        Mode::Full => Some((stack.redis_url.clone(), format!("{input}:ceiling:"))),
+        Mode::Kafka => None,
+    };
+    let before = Sample::start(stack, Some(jmx), None)?;
+    let ceiling = tokio::task::spawn_blocking(move || {
+        let redis = redis.map(|(url, prefix)| ceiling::RedisApply::connect(&url, prefix)).transpose()?;
+        ceiling::run(&ceiling_config, &ceiling_topic, &swaps, redis, n as u64, Duration::from_secs(600))
+    })
+    .await??;
+    let ceiling_cost = before.cost(&Sample::end(stack, Some(jmx), None)?, n as u64);
+
     let progress = Progress::new(partitions, None);
-    let processor = start_processor(&stack, mode, &traffic, &input, &stack.name("drain"), &[], Probe::of(&progress))?;
+    let before = Sample::start(stack, Some(jmx), None)?;
+    let processor = start_processor(stack, mode, traffic, &input, &stack.name("drain"), &[], Probe::of(&progress))?;
     await_done(&progress, n as u64, "processor draining the backlog", Duration::from_secs(900)).await?;
+    let processor_cost = before.cost(&Sample::end(stack, Some(jmx), None)?, n as u64);
     // One more statistics interval, so the producer's counters are current.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let saturated =
@@ -203,30 +270,27 @@ pub async fn run(options: &Options) -> Result<Figures> {
     processor.stop().await?;
     let processor_seconds = progress.span_seconds();
     let processor_rate = n as f64 / processor_seconds.max(1e-9);
-    let backlog = Backlog {
+    Ok(Backlog {
         produce,
         bare_consumer: bare,
+        bare_consumer_cost,
+        ceiling,
+        ceiling_cost,
         processor_records_per_sec: processor_rate,
         processor_seconds,
+        processor_cost,
         processor_over_bare: processor_rate / bare.records_per_sec,
+        processor_over_ceiling: processor_rate / ceiling.records_per_sec,
         saturated,
-    };
+    })
+}
 
-    // Phase 2: the highest rate the processor sustains with the feeder
-    // running beside it (the backlog rate had the machine to itself), then
-    // the open loop at 70% of that.
-    let ramp = match options.rate {
-        Some(_) => Vec::new(),
-        None => ramp(&stack, mode, &traffic, &partitioner, partitions, processor_rate).await?,
-    };
-    let max_sustained = ramp
-        .iter()
-        .filter(|t| t.sustained)
-        .map(|t| t.rate)
-        .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))));
-    let rate = options.rate.unwrap_or(0.7 * max_sustained.unwrap_or(processor_rate));
-    let open_loop = open_loop(&stack, mode, &traffic, &partitioner, partitions, rate, options.seconds, "open").await?;
-    Ok(Figures { mode, distinct_records: n, backlog, ramp, max_sustained_rate: max_sustained, open_loop })
+/// What every open-loop run shares.
+struct Shape<'a> {
+    mode: Mode,
+    traffic: &'a Arc<Traffic>,
+    partitioner: &'a Partitioner,
+    partitions: usize,
 }
 
 /// One trial of the rate search.
@@ -256,11 +320,11 @@ async fn ramp(
     partitions: usize,
     backlog_rate: f64,
 ) -> Result<Vec<Trial>> {
+    let shape = Shape { mode, traffic, partitioner, partitions };
     let mut trials: Vec<Trial> = Vec::new();
     let mut rate = (0.4 * backlog_rate).max(500.0);
     for step in 0..16 {
-        let o = open_loop(stack, mode, traffic, partitioner, partitions, rate, TRIAL_SECONDS, &format!("trial{step}"))
-            .await?;
+        let o = open_loop(stack, None, &shape, rate, TRIAL_SECONDS, &format!("trial{step}"), None).await?;
         let p99_ms = o.latency.p99_ns as f64 / 1e6;
         let sustained = o.seconds <= TRIAL_SECONDS + 0.5
             && o.fed.seconds <= TRIAL_SECONDS * 1.02
@@ -283,39 +347,56 @@ async fn ramp(
     Ok(trials)
 }
 
-/// Feeds `rate` records/s for `seconds` to a fresh topic while a processor
-/// handles them; latency from each record's due time.
-#[allow(clippy::too_many_arguments)]
+/// Feeds `rate` records/s for `seconds` to a fresh topic from a feeder
+/// process while a processor handles them; latency from each record's due
+/// time. The broker's request counts are read when `jmx` is given (the
+/// rate search's trials skip them); `profile` records this process with
+/// perf from the feed's second second to 2 s before its end.
 async fn open_loop(
     stack: &Stack,
-    mode: Mode,
-    traffic: &Arc<Traffic>,
-    partitioner: &Partitioner,
-    partitions: usize,
+    jmx: Option<&Jmx>,
+    shape: &Shape<'_>,
     rate: f64,
     seconds: f64,
     label: &str,
+    profile: Option<&std::path::Path>,
 ) -> Result<OpenLoop> {
+    let (mode, traffic, partitions) = (shape.mode, shape.traffic, shape.partitions);
     let total = (rate * seconds) as usize;
     let input = stack.name(label);
     prepare_input(stack, mode, traffic, &input, partitions).await?;
-    let schedule = Arc::new(Schedule::new(traffic, total, partitioner, partitions, rate));
+    let schedule = Arc::new(Schedule::new(traffic, total, shape.partitioner, partitions, rate));
     let progress = Progress::new(partitions, Some(schedule.clone()));
     let mut conn = stack.redis().await?;
     let clients_before = Stack::redis_clients(&mut conn).await?;
+    let spec = FeedSpec {
+        brokers: stack.kafka.brokers.clone(),
+        topic: input.clone(),
+        transactions: traffic.payloads.len() as u64,
+        total,
+        rate,
+        partitions: traffic.balanced(partitions),
+        partition_count: partitions,
+    };
+    let mut feeder = tokio::task::spawn_blocking(move || Feeder::spawn(&spec)).await??;
     let processor = start_processor(stack, mode, traffic, &input, &stack.name(label), &[], Probe::of(&progress))?;
     await_assigned(std::slice::from_ref(&processor), partitions, Duration::from_secs(60)).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let connections = Stack::redis_clients(&mut conn).await? - clients_before;
     let metrics = processor.metrics.clone();
-    let (cpu0, (broker0, redis0)) = (machine::cpu_time("self"), stack.stack_cpu());
+    let before = Sample::start(stack, jmx, Some(feeder.pid()))?;
     eprintln!("  open loop: {total} records at {rate:.0} records/s for {seconds} s");
-    let started = Instant::now();
-    let feeder = feed(&stack.kafka, &input, partitioner.clone(), traffic.clone(), total, Some(schedule));
+    let started = feeder.start(Duration::from_millis(50))?;
+    schedule.start_at(started);
+    let perf = profile.map(|path| record_profile(path, seconds - 3.0)).transpose()?;
     await_done(&progress, total as u64, "open loop", Duration::from_secs_f64(seconds + 300.0)).await?;
     let elapsed = started.elapsed().as_secs_f64();
-    let (cpu1, (broker1, redis1)) = (machine::cpu_time("self"), stack.stack_cpu());
-    let fed = feeder.join().map_err(|_| anyhow::anyhow!("feeder panicked"))??;
+    let cost = before.cost(&Sample::end(stack, jmx, Some(feeder.pid()))?, total as u64);
+    let fed = tokio::task::spawn_blocking(move || feeder.finish()).await??;
+    if let Some(perf) = perf {
+        let status = tokio::task::spawn_blocking(move || perf.wait_with_output()).await??;
+        anyhow::ensure!(status.status.success(), "perf record failed: {}", String::from_utf8_lossy(&status.stderr));
+    }
     // One more statistics interval, so the producer's counters are current.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let redis = redis_figures(&metrics, total as u64, Some(connections));
@@ -323,7 +404,6 @@ async fn open_loop(
     processor.stop().await?;
 
     let latency = Latency::of(&progress.latency());
-    let per = |d: Duration| d.as_secs_f64() * 1e6 / total.max(1) as f64;
     Ok(OpenLoop {
         target_rate: rate,
         fed,
@@ -332,11 +412,7 @@ async fn open_loop(
         records_per_sec: total as f64 / elapsed,
         p99_over_p50: latency.p99_ns as f64 / latency.p50_ns.max(1) as f64,
         latency,
-        cpu_us_per_record: Cpu {
-            bench_process: per(cpu1.saturating_sub(cpu0)),
-            broker: per(broker1.saturating_sub(broker0)),
-            redis: per(redis1.saturating_sub(redis0)),
-        },
+        cost,
         peak_rss_mib: machine::peak_rss_mib(),
         redis,
         kafka,
@@ -365,48 +441,19 @@ fn kafka_figures(metrics: &RuntimeMetrics) -> KafkaFigures {
     }
 }
 
-/// The run as a table on stdout.
-#[allow(clippy::print_stdout)]
-pub fn print(f: &Figures) {
-    let b = &f.backlog;
-    println!("mode stress/{:?} ({} distinct records)", f.mode, f.distinct_records);
-    println!("  backlog produce    {:>10.0} records/s", b.produce.records_per_sec);
-    println!("  bare consumer      {:>10.0} records/s", b.bare_consumer.records_per_sec);
-    println!(
-        "  processor          {:>10.0} records/s  = {:.2} × bare consumer",
-        b.processor_records_per_sec, b.processor_over_bare
+/// Starts `perf record` on this process: after a second, for `seconds`,
+/// DWARF call graphs at 299 Hz (enough samples, little disturbance).
+fn record_profile(path: &std::path::Path, seconds: f64) -> Result<std::process::Child> {
+    let pid = std::process::id().to_string();
+    let script = format!(
+        "sleep 1; exec perf record -q -F 299 --call-graph dwarf,32768 -p {pid} -o '{}' -- sleep {:.0}",
+        path.display(),
+        seconds.max(1.0)
     );
-    if let Some(max) = f.max_sustained_rate {
-        println!("  max sustained      {max:>10.0} records/s (feeder running; {} trials)", f.ramp.len());
-    }
-    let o = &f.open_loop;
-    let l = &o.latency;
-    let ms = |ns: u64| ns as f64 / 1e6;
-    println!("  open loop          {:>10.0} records/s target, {:.0} achieved", o.target_rate, o.records_per_sec);
-    println!(
-        "  latency (due → done) p50 {:.2} ms  p95 {:.2} ms  p99 {:.2} ms  p999 {:.2} ms  max {:.2} ms  (p99/p50 {:.2})",
-        ms(l.p50_ns),
-        ms(l.p95_ns),
-        ms(l.p99_ns),
-        ms(l.p999_ns),
-        ms(l.max_ns),
-        o.p99_over_p50
-    );
-    let c = o.cpu_us_per_record;
-    println!(
-        "  CPU-µs/record      bench {:.2}  broker {:.2}  redis {:.2}; peak RSS {:.0} MiB",
-        c.bench_process, c.broker, c.redis, o.peak_rss_mib
-    );
-    println!(
-        "  redis              {:.2} round trips/1000 records, {:.1} commands/round trip, {} connections",
-        o.redis.round_trips_per_1000_records,
-        o.redis.commands_per_round_trip,
-        o.redis.connections.unwrap_or_default()
-    );
-    println!("  kafka              {:.1} records/produce request", o.kafka.records_per_produce_request);
-    let sat = &b.saturated;
-    println!(
-        "  saturated (backlog) {:.1} Redis commands/round trip, {:.1} Kafka records/produce request",
-        sat.redis.commands_per_round_trip, sat.kafka.records_per_produce_request
-    );
+    std::process::Command::new("sh")
+        .args(["-c", &script])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("starting perf record (is perf installed?)")
 }

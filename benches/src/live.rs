@@ -71,13 +71,14 @@ impl Stack {
     /// CPU time so far of the broker and of Redis (from the stack's pid
     /// files; zero when `SLUICE_STACK_DIR` is unknown).
     pub fn stack_cpu(&self) -> (Duration, Duration) {
-        let of = |kind: &str| {
-            self.dir
-                .as_ref()
-                .and_then(|d| std::fs::read_to_string(d.join(format!("{kind}.pid"))).ok())
-                .map_or(Duration::ZERO, |pid| machine::cpu_time(pid.trim()))
-        };
+        let of = |kind: &str| self.pid(kind).map_or(Duration::ZERO, |pid| machine::cpu_time(&pid));
         (of("kafka"), of("redis"))
+    }
+
+    /// The pid of the stack's `kafka` or `redis` (from its pid file).
+    pub fn pid(&self, kind: &str) -> Option<String> {
+        let dir = self.dir.as_ref()?;
+        Some(std::fs::read_to_string(dir.join(format!("{kind}.pid"))).ok()?.trim().to_string())
     }
 
     pub async fn redis(&self) -> Result<redis::aio::MultiplexedConnection> {
@@ -148,7 +149,7 @@ impl Stack {
 #[derive(Debug)]
 pub struct Schedule {
     start: OnceLock<Instant>,
-    ns_per_record: f64,
+    rate: f64,
     /// Records of the first second, left out of the latency (warm-up).
     warmup: usize,
     /// partition → offset → feed index (fresh topic: offsets start at 0).
@@ -161,15 +162,20 @@ impl Schedule {
         for j in 0..total {
             index[partitioner(traffic.record(j).0)].push(j as u32);
         }
-        Self { start: OnceLock::new(), ns_per_record: 1e9 / rate, warmup: rate as usize, index }
+        Self { start: OnceLock::new(), rate, warmup: rate as usize, index }
     }
 
     fn due(&self, j: usize) -> Option<Instant> {
-        Some(*self.start.get()? + Duration::from_nanos((j as f64 * self.ns_per_record) as u64))
+        Some(*self.start.get()? + Duration::from_nanos((j as f64 * 1e9 / self.rate) as u64))
     }
 
     /// When the record at `partition`/`offset` was due, and whether it
     /// falls in the warm-up second.
+    /// Starts the schedule at `start` (once; later calls change nothing).
+    pub fn start_at(&self, start: Instant) {
+        let _ = self.start.set(start);
+    }
+
     fn due_of(&self, partition: i32, offset: i64) -> Option<(Instant, bool)> {
         let j = *self.index.get(partition as usize)?.get(offset as usize)? as usize;
         Some((self.due(j)?, j < self.warmup))
@@ -377,13 +383,17 @@ pub fn balanced(traffic: &Traffic, n: usize) -> Partitioner {
 }
 
 /// What a feed sent.
-#[derive(Debug, Clone, Copy, serde::Serialize)]
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 pub struct Fed {
     pub records: u64,
     /// From the first send to the last (acknowledgements awaited after).
     pub seconds: f64,
     pub records_per_sec: f64,
 }
+
+/// How a feed is paced: not at all (as fast as the producer takes the
+/// records), or record `j` due at `start + j / rate` (records/s).
+pub type Pace = Option<(Instant, f64)>;
 
 /// Produces `total` records of `traffic` to `topic` (each key to its
 /// partition) on its own thread: as fast as the producer takes them,
@@ -398,34 +408,56 @@ pub fn feed(
 ) -> std::thread::JoinHandle<Result<Fed>> {
     let (kafka, topic) = (kafka.clone(), topic.to_string());
     std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        rt.block_on(async {
-            let mut producer = PipelinedProducer::<()>::new(&kafka, 50_000)?;
-            producer.warm_up(&topic, Duration::from_secs(10))?;
+        produce(&kafka, &topic, &partitioner, &traffic, total, || {
             let started = Instant::now();
-            if let Some(s) = &schedule {
+            Ok(schedule.map(|s| {
                 let _ = s.start.set(started);
-            }
-            for j in 0..total {
-                if let Some(due) = schedule.as_ref().and_then(|s| s.due(j)) {
-                    let now = Instant::now();
-                    if due > now {
-                        std::thread::sleep(due - now);
-                    }
-                }
-                let (key, payload) = traffic.record(j);
-                let partition = partitioner(key) as i32;
-                producer.send_to(&topic, Some(partition), key.as_bytes(), payload, ()).await?;
-                if j % 1024 == 0 {
-                    producer.poll_acked()?;
-                }
-            }
-            // Until the last record was handed to the producer: a paced feed
-            // that keeps its schedule takes the schedule's length.
-            let seconds = started.elapsed().as_secs_f64();
-            producer.flush().await?;
-            Ok(Fed { records: total as u64, seconds, records_per_sec: total as f64 / seconds })
+                (started, s.rate)
+            }))
         })
+    })
+}
+
+/// The feed itself, on a current-thread runtime: connects, then asks
+/// `begin` how to pace (it may wait for a start signal), then sends.
+pub fn produce(
+    kafka: &KafkaConfig,
+    topic: &str,
+    partitioner: &Partitioner,
+    traffic: &Traffic,
+    total: usize,
+    begin: impl FnOnce() -> Result<Pace>,
+) -> Result<Fed> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        let mut producer = PipelinedProducer::<()>::new(kafka, 50_000)?;
+        producer.warm_up(topic, Duration::from_secs(10))?;
+        let pace = begin()?;
+        if let Some((start, _)) = pace {
+            std::thread::sleep(start.saturating_duration_since(Instant::now()));
+        }
+        let started = pace.map_or_else(Instant::now, |(start, _)| start);
+        let ns_per_record = pace.map(|(_, rate)| 1e9 / rate);
+        for j in 0..total {
+            if let Some(ns) = ns_per_record {
+                let due = started + Duration::from_nanos((j as f64 * ns) as u64);
+                let now = Instant::now();
+                if due > now {
+                    std::thread::sleep(due - now);
+                }
+            }
+            let (key, payload) = traffic.record(j);
+            let partition = partitioner(key) as i32;
+            producer.send_to(topic, Some(partition), key.as_bytes(), payload, ()).await?;
+            if j % 1024 == 0 {
+                producer.poll_acked()?;
+            }
+        }
+        // Until the last record was handed to the producer: a paced feed
+        // that keeps its schedule takes the schedule's length.
+        let seconds = started.elapsed().as_secs_f64();
+        producer.flush().await?;
+        Ok(Fed { records: total as u64, seconds, records_per_sec: total as f64 / seconds })
     })
 }
 

@@ -26,7 +26,45 @@ pub fn proc_kib(path: &str, field: &str) -> Option<u64> {
 
 /// CPU time (user + system) of a process: `self` or a pid, from /proc.
 pub fn cpu_time(pid: &str) -> std::time::Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat_cpu(&std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default())
+}
+
+/// Context switches (voluntary + involuntary) of every live thread of a
+/// process, `self` or a pid (threads that already ended are not counted).
+pub fn context_switches(pid: &str) -> u64 {
+    threads(pid)
+        .filter_map(|task| std::fs::read_to_string(task.join("status")).ok())
+        .map(|status| {
+            status
+                .lines()
+                .filter_map(|l| {
+                    l.strip_prefix("voluntary_ctxt_switches:").or_else(|| l.strip_prefix("nonvoluntary_ctxt_switches:"))
+                })
+                .filter_map(|v| v.trim().parse::<u64>().ok())
+                .sum::<u64>()
+        })
+        .sum()
+}
+
+/// CPU time of a process's live threads by name, digits dropped
+/// (`rdk:broker1` and `rdk:broker2` are one `rdk:broker`).
+pub fn thread_cpu(pid: &str) -> std::collections::BTreeMap<String, std::time::Duration> {
+    let mut by_name = std::collections::BTreeMap::new();
+    for task in threads(pid) {
+        let Ok(comm) = std::fs::read_to_string(task.join("comm")) else { continue };
+        let name: String = comm.trim().chars().filter(|c| !c.is_ascii_digit()).collect();
+        let stat = std::fs::read_to_string(task.join("stat")).unwrap_or_default();
+        *by_name.entry(name).or_default() += stat_cpu(&stat);
+    }
+    by_name
+}
+
+fn threads(pid: &str) -> impl Iterator<Item = std::path::PathBuf> {
+    std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten().map(|e| e.path())
+}
+
+/// utime + stime of a /proc `stat` line.
+fn stat_cpu(stat: &str) -> std::time::Duration {
     let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
     // After the command name: state is field 3, utime 14, stime 15 (1-based).
     let ticks: u64 = [11, 12].iter().filter_map(|&i| fields.get(i)?.parse::<u64>().ok()).sum();

@@ -13,7 +13,7 @@
 //!   the local broker (issue 14's scale target; see `lag_scale`).
 //! - `stress`: the stress harness: `--mode in-process` (the handling path's
 //!   ceiling with in-memory outputs), `kafka` and `full` (against the local
-//!   broker and Redis; see `broker`).
+//!   broker and Redis, beside the fair ceiling of `ceiling`; see `broker`).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -27,11 +27,16 @@ use sluice_core::route::record_keys;
 
 mod barrier;
 mod broker;
+mod ceiling;
 mod contention;
+mod cost;
 mod drain;
+mod feeder;
+mod jmx;
 mod lag_scale;
 mod live;
 mod machine;
+mod report;
 mod stats;
 mod stress;
 mod traffic;
@@ -87,9 +92,16 @@ enum Mode {
         /// Kafka and full: extra librdkafka properties for the processor, `k=v,k=v`.
         #[arg(long)]
         kafka_properties: Option<String>,
-        /// Distinct transactions generated, then replayed for the duration.
-        #[arg(long, default_value_t = 100_000)]
-        transactions: u64,
+        /// Kafka and full: record a perf profile (DWARF call graphs) of this
+        /// process during the open loop into this file (needs `perf`).
+        #[arg(long)]
+        profile: Option<PathBuf>,
+        /// Distinct transactions generated, then replayed for the duration
+        /// (default 100,000 in-process; 400,000 for kafka and full, whose
+        /// backlog they are, about 1.2 records each, so that even the ceilings
+        /// drain for seconds).
+        #[arg(long)]
+        transactions: Option<u64>,
         /// Fail if p99 exceeds this, µs (CI smoke; catches gross regressions).
         #[arg(long)]
         max_p99_us: Option<u64>,
@@ -147,6 +159,10 @@ enum Mode {
         #[arg(long)]
         max_poll_ms: Option<f64>,
     },
+    /// The open-loop feeder's own process (started by `stress`; speaks
+    /// JSON lines on stdin and stdout, see `feeder`).
+    #[command(hide = true)]
+    Feed,
     /// Experiment 3: cohort barrier vs bounded pipeline under heavy-tailed IO.
     Barrier {
         /// Base item latency, ms (large against tokio's 1 ms timer).
@@ -237,6 +253,7 @@ fn check_p99(p99_ns: u64, max_us: Option<u64>) -> Result<()> {
 fn main() -> Result<()> {
     let cli = Cli::parse();
     let (mode, config, figures) = match cli.mode {
+        Mode::Feed => return feeder::serve(),
         Mode::Chain { transactions, seed } => {
             let (config, figures) = chain_mode(transactions, seed)?;
             println!("mode chain ({} transactions, one thread)", figures.transactions);
@@ -252,20 +269,31 @@ fn main() -> Result<()> {
             ("chain", config, serde_json::to_value(&figures)?)
         }
         Mode::Stress { mode: StressMode::InProcess, seconds, workers, transactions, max_p99_us, .. } => {
+            let transactions = transactions.unwrap_or(100_000);
             let f = stress::in_process(std::time::Duration::from_secs_f64(seconds), workers.max(1), transactions);
             stress::print(&f);
             check_p99(f.latency.p99_ns, max_p99_us)?;
             let config = serde_json::json!({ "seconds": seconds, "workers": workers, "transactions": transactions });
             ("stress-in-process", config, serde_json::to_value(&f)?)
         }
-        Mode::Stress { mode, seconds, transactions, rate, partitions, kafka_properties, max_p99_us, .. } => {
+        Mode::Stress {
+            mode, seconds, transactions, rate, partitions, kafka_properties, profile, max_p99_us, ..
+        } => {
             let mode = if mode == StressMode::Full { broker::Mode::Full } else { broker::Mode::Kafka };
-            let options =
-                broker::Options { mode, seconds, transactions, rate, partitions: partitions.max(1), kafka_properties };
+            let transactions = transactions.unwrap_or(400_000);
+            let options = broker::Options {
+                mode,
+                seconds,
+                transactions,
+                rate,
+                partitions: partitions.max(1),
+                kafka_properties,
+                profile,
+            };
             let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             let f = tokio.block_on(broker::run(&options))?;
             tokio.shutdown_timeout(std::time::Duration::from_secs(5));
-            broker::print(&f);
+            report::print(&f);
             check_p99(f.open_loop.latency.p99_ns, max_p99_us)?;
             let name = if mode == broker::Mode::Full { "stress-full" } else { "stress-kafka" };
             (name, serde_json::to_value(&options)?, serde_json::to_value(&f)?)

@@ -21,11 +21,18 @@ pub struct Traffic {
 
 impl Traffic {
     pub fn generate(transactions: u64) -> Self {
+        Self::generate_prefix(transactions, usize::MAX)
+    }
+
+    /// The same traffic, stopped early once it holds `records` records: its
+    /// first `records` records are those of [`Traffic::generate`] (a feeder
+    /// that sends only a prefix need not build the rest).
+    pub fn generate_prefix(transactions: u64, records_wanted: usize) -> Self {
         let mut chain = Chain::new(ChainConfig { seed: 7, tx_per_sec: 10_000, ..ChainConfig::default() })
             .expect("the default chain config is valid");
         let genesis = chain.clone();
         let (mut payloads, mut records) = (Vec::new(), Vec::new());
-        while (payloads.len() as u64) < transactions {
+        while (payloads.len() as u64) < transactions && records.len() < records_wanted {
             for g in chain.next_block().transactions {
                 let index = payloads.len() as u32;
                 records.extend(record_keys(&g.tx).into_iter().map(|k| (index, k.to_string())));

@@ -19,6 +19,8 @@
 #   SLUICE_KAFKA_SECURE_PORT      kafka port + 3          SASL_SSL listener: TLS (a self-signed
 #                                                         certificate for 127.0.0.1, tls/ca.crt)
 #                                                         and SCRAM-SHA-512/256 (user sluice)
+#   SLUICE_KAFKA_JMX_PORT         kafka port + 7          the broker's JMX (127.0.0.1, no auth: its
+#                                                         request metrics, read by the benchmarks)
 #   SLUICE_REDIS_PORT             6379
 #   SLUICE_KAFKA_HEAP             512m                    broker -Xmx/-Xms
 #   SLUICE_KAFKA_VERSION          4.1.1                   org.apache.kafka:kafka_2.13 (4.x)
@@ -47,6 +49,8 @@ KAFKA_PORT=${SLUICE_KAFKA_PORT:-9092}
 CONTROLLER_PORT=${SLUICE_KAFKA_CONTROLLER_PORT:-$((KAFKA_PORT + 1))}
 # +3, not +2: 9094 is the ingest's admin port.
 SECURE_PORT=${SLUICE_KAFKA_SECURE_PORT:-$((KAFKA_PORT + 3))}
+# +7: clear of the services' admin ports (9090, 9094, 9096 locally).
+JMX_PORT=${SLUICE_KAFKA_JMX_PORT:-$((KAFKA_PORT + 7))}
 # The SASL_SSL listener's one user, for tests of the TLS and SCRAM paths (not a secret:
 # the listener is on 127.0.0.1 and the stack is for tests and demos).
 SASL_USER=sluice
@@ -63,12 +67,11 @@ BOOTSTRAP="127.0.0.1:$KAFKA_PORT"
 
 check_config() {
   local bad=0 v
-  for v in KAFKA_PORT CONTROLLER_PORT SECURE_PORT REDIS_PORT; do
-    [[ ${!v} =~ ^[1-9][0-9]{0,4}$ ]] && ((${!v} < 65536)) || { warn "SLUICE_$v=${!v} is not a port"; bad=1; }
+  for v in KAFKA_PORT CONTROLLER_PORT SECURE_PORT JMX_PORT REDIS_PORT; do
+    [[ ${!v} =~ ^[1-9][0-9]{0,4}$ ]] && ((${!v} < 65536)) || { warn "SLUICE_${v/JMX_PORT/KAFKA_JMX_PORT}=${!v} is not a port"; bad=1; }
   done
-  [[ $KAFKA_PORT != "$CONTROLLER_PORT" && $KAFKA_PORT != "$REDIS_PORT" &&
-    $CONTROLLER_PORT != "$REDIS_PORT" && $SECURE_PORT != "$KAFKA_PORT" && $SECURE_PORT != "$CONTROLLER_PORT" &&
-    $SECURE_PORT != "$REDIS_PORT" ]] || { warn "the four ports must differ"; bad=1; }
+  [[ $(printf '%s\n' "$KAFKA_PORT" "$CONTROLLER_PORT" "$SECURE_PORT" "$JMX_PORT" "$REDIS_PORT" | sort -u | wc -l) == 5 ]] ||
+    { warn "the five ports (Kafka, controller, SASL_SSL, JMX, Redis) must differ"; bad=1; }
   [[ $KAFKA_HEAP =~ ^[0-9]+[kKmMgG]?$ ]] || { warn "SLUICE_KAFKA_HEAP=$KAFKA_HEAP is not a JVM size like 512m"; bad=1; }
   [[ $KAFKA_VERSION =~ ^4\.[0-9]+\.[0-9]+$ ]] || { warn "SLUICE_KAFKA_VERSION=$KAFKA_VERSION is not a 4.x.y version"; bad=1; }
   [[ $PARTITIONS =~ ^[1-9][0-9]*$ ]] || { warn "SLUICE_TOPIC_PARTITIONS=$PARTITIONS is not a positive number"; bad=1; }
@@ -131,7 +134,8 @@ save_config() {
     "SLUICE_KAFKA_HEAP=$KAFKA_HEAP" "SLUICE_KAFKA_VERSION=$KAFKA_VERSION" \
     "SLUICE_TOPIC_PARTITIONS=$PARTITIONS" \
     ${SLUICE_KAFKA_CONTROLLER_PORT:+"SLUICE_KAFKA_CONTROLLER_PORT=$CONTROLLER_PORT"} \
-    ${SLUICE_KAFKA_SECURE_PORT:+"SLUICE_KAFKA_SECURE_PORT=$SECURE_PORT"} >"$SAVED_ENV"
+    ${SLUICE_KAFKA_SECURE_PORT:+"SLUICE_KAFKA_SECURE_PORT=$SECURE_PORT"} \
+    ${SLUICE_KAFKA_JMX_PORT:+"SLUICE_KAFKA_JMX_PORT=$JMX_PORT"} >"$SAVED_ENV"
 }
 
 start_redis() {
@@ -175,6 +179,9 @@ start_kafka() {
   (exec setsid java -Xmx"$KAFKA_HEAP" -Xms"$KAFKA_HEAP" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
     -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent \
     -XX:MaxDirectMemorySize=256m -Djava.awt.headless=true \
+    -Dcom.sun.management.jmxremote.port="$JMX_PORT" -Dcom.sun.management.jmxremote.rmi.port="$JMX_PORT" \
+    -Dcom.sun.management.jmxremote.host=127.0.0.1 -Djava.rmi.server.hostname=127.0.0.1 \
+    -Dcom.sun.management.jmxremote.authenticate=false -Dcom.sun.management.jmxremote.ssl=false \
     -Dlog4j2.configurationFile="$HERE/kafka/log4j2.xml" -Dsluice.log.level=info \
     -Dsluice.log.file="$STACK_DIR/logs/kafka.log" -Dkafka.logs.dir="$STACK_DIR/logs" \
     -cp "$KAFKA_HOME/libs/*" kafka.Kafka "$STACK_DIR/server.properties" \
@@ -315,6 +322,8 @@ cmd_env() {
   log "export SLUICE_KAFKA_SECURE_CA=$STACK_DIR/tls/ca.crt"
   log "export SLUICE_KAFKA_SECURE_USERNAME=$SASL_USER"
   log "export SLUICE_KAFKA_SECURE_PASSWORD=$SASL_PASSWORD"
+  log "export SLUICE_KAFKA_JMX=127.0.0.1:$JMX_PORT"
+  log "export SLUICE_KAFKA_HOME=$KAFKA_HOME"
 }
 
 [[ $# -eq 1 ]] || usage

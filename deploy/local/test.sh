@@ -52,7 +52,7 @@ export SLUICE_REDIS_PORT=${SLUICE_TEST_REDIS_PORT:-16379}
 PROMETHEUS_PORT=${SLUICE_TEST_PROMETHEUS_PORT:-19190}
 LOGS="$SLUICE_STACK_DIR/logs"
 STACK_ENV=(SLUICE_KAFKA_BROKERS SLUICE_REDIS_URL SLUICE_KAFKA_SECURE_BROKERS SLUICE_KAFKA_SECURE_CA
-  SLUICE_KAFKA_SECURE_USERNAME SLUICE_KAFKA_SECURE_PASSWORD)
+  SLUICE_KAFKA_SECURE_USERNAME SLUICE_KAFKA_SECURE_PASSWORD SLUICE_KAFKA_JMX SLUICE_KAFKA_HOME)
 
 # --- prerequisites -------------------------------------------------------------------
 
@@ -232,6 +232,7 @@ part_bench_smoke() {
   }
   bench chain --transactions 20000 >/dev/null
   bench stress --seconds 2 --transactions 5000 --max-p99-us 50000
+  bench stress --mode kafka --seconds 2 --transactions 3000 --rate 2000 --max-p99-us 5000000
   bench stress --mode full --seconds 3 --transactions 3000 --rate 1000 --max-p99-us 5000000
   bench drain --transactions 1500 --instances 1,2 --partitions 4 --io-ms 5 --concurrency 4 --min-speedup 1.3
   bench contention --seconds 0.2 --max-p99-us 2000

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
-use rdkafka::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::OwnedHeaders;
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
+use rdkafka::{ClientConfig, ClientContext};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, RedisResult, Value};
 use sluice_kafka::KafkaConfig;
@@ -51,15 +51,7 @@ impl std::fmt::Debug for KafkaSink {
 
 impl KafkaSink {
     pub fn new(config: &KafkaConfig, metrics: RuntimeMetrics) -> Result<Self, KafkaError> {
-        let mut client = config.producer();
-        // A delivery that cannot complete within 30 s comes back as an error
-        // and is retried by the record's task; the record is never skipped.
-        client.set("message.timeout.ms", "30000");
-        // Statistics feed the batching figures (records per produce request).
-        client.set("statistics.interval.ms", "5000");
-        for (k, v) in &config.properties {
-            client.set(k, v);
-        }
+        let client = producer_config(config);
         let seconds = metrics.sink_seconds.with_label_values(&["kafka"]);
         let context = ProducerStats { metrics, requests: AtomicI64::new(0), records: AtomicI64::new(0) };
         let producer = client.create_with_context(context)?;
@@ -110,6 +102,21 @@ impl KafkaSink {
     pub fn flush(&self, timeout: Duration) -> Result<(), SinkError> {
         self.inner.producer.flush(Timeout::After(timeout)).map_err(|e| SinkError::Kafka(e.to_string()))
     }
+}
+
+/// The shared producer's librdkafka configuration (public so a benchmark's
+/// bare consume-and-produce loop runs with exactly the same settings).
+pub fn producer_config(config: &KafkaConfig) -> ClientConfig {
+    let mut client = config.producer();
+    // A delivery that cannot complete within 30 s comes back as an error
+    // and is retried by the record's task; the record is never skipped.
+    client.set("message.timeout.ms", "30000");
+    // Statistics feed the batching figures (records per produce request).
+    client.set("statistics.interval.ms", "5000");
+    for (k, v) in &config.properties {
+        client.set(k, v);
+    }
+    client
 }
 
 /// A record enqueued on the shared producer, not yet acknowledged.

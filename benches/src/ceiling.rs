@@ -1,0 +1,325 @@
+//! The fair ceiling: what a hand-written loop on the same client does with
+//! the processor's work minus the processor, so "processor ÷ ceiling"
+//! compares like with like (the bare consume-only loop in `live` stays as
+//! the client's own ceiling).
+//!
+//! One thread, one `BaseConsumer` with exactly the processor's consumer
+//! settings (`consumer::client_config`) and one `BaseProducer` with exactly
+//! its producer settings (`sink::producer_config`: idempotent, `acks=all`,
+//! the same linger and compression, the same `KAFKA_PROPERTIES`). It polls
+//! a batch (one blocking poll, then whatever is already fetched, up to
+//! [`BATCH`]), produces one Swap-sized record per input keyed by the input's
+//! key, and commits, every commit interval, only positions below which every
+//! output is acknowledged (an `OffsetTracker` per partition, as the
+//! processor). The full variant first applies every record of the batch in
+//! Redis with the processor's own apply script, one `EVALSHA` per record,
+//! all in one pipeline per batch, and produces after the reply (Redis before
+//! Kafka, as the processor).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use serde::Serialize;
+use sluice_core::offsets::OffsetTracker;
+use sluice_core::pool::{PoolUpdate, Seq};
+use sluice_dex::outputs::InMemory;
+use sluice_dex::state::{self, Apply};
+use sluice_dex::{DexConfig, DexHandler};
+use sluice_runtime::{Handler, Record, RuntimeConfig};
+use sluice_service::env::EnvReader;
+
+use crate::traffic::Traffic;
+
+/// Most records one batch takes from the consumer.
+const BATCH: usize = 1024;
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Ceiling {
+    pub variant: &'static str,
+    pub records: u64,
+    /// First record consumed to the last one's output enqueued.
+    pub seconds: f64,
+    pub records_per_sec: f64,
+    /// First record consumed to the last output acknowledged and committed.
+    pub acked_seconds: f64,
+    pub batches: u64,
+    pub redis_round_trips: u64,
+    pub redis_commands: u64,
+}
+
+/// The full variant's Redis side: one connection, the apply script.
+pub struct RedisApply {
+    rt: tokio::runtime::Runtime,
+    conn: redis::aio::MultiplexedConnection,
+    sha: String,
+    prefix: String,
+}
+
+impl RedisApply {
+    /// Connects to `url` and loads the apply script; pool keys go under `prefix`.
+    pub fn connect(url: &str, prefix: String) -> Result<Self> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let conn = rt.block_on(async {
+            let mut conn = redis::Client::open(url)?.get_multiplexed_async_connection().await?;
+            let _: String = redis::cmd("SCRIPT").arg("LOAD").arg(state::APPLY_SCRIPT).query_async(&mut conn).await?;
+            Ok::<_, redis::RedisError>(conn)
+        })?;
+        Ok(Self { rt, conn, sha: state::script_sha(state::APPLY_SCRIPT), prefix })
+    }
+
+    /// Applies one swap per record (the key as the pool, the offset as its
+    /// sequence, so every apply is a real write), one pipeline for all.
+    fn apply(&mut self, batch: &[Input]) -> Result<()> {
+        let mut pipe = redis::pipe();
+        for input in batch {
+            let pool = std::str::from_utf8(&input.key).unwrap_or("pool");
+            let update = PoolUpdate {
+                seq: Seq { slot: input.offset as u64 + 1, tx_index: 0, ix_index: 0 },
+                reserve_a: 1_000_000 + input.offset as u64,
+                reserve_b: 2_000_000,
+                sqrt_price_x64: None,
+                last_price_ticks: None,
+            };
+            let apply = Apply { pool, update, price: 1.0 + input.offset as f64, venue: 1 };
+            pipe.add_command(state::apply_command(&self.sha, &self.prefix, &apply, false));
+        }
+        let conn = &mut self.conn;
+        let applied: Vec<i64> = self.rt.block_on(pipe.query_async(conn)).context("the ceiling's Redis pipeline")?;
+        if applied.len() != batch.len() {
+            bail!("{} replies for {} applies", applied.len(), batch.len());
+        }
+        Ok(())
+    }
+}
+
+struct Input {
+    partition: i32,
+    offset: i64,
+    key: Vec<u8>,
+}
+
+/// Acknowledged outputs, as (input partition << 48 | input offset).
+#[derive(Default)]
+struct Acks {
+    acked: Mutex<Vec<usize>>,
+    failed: Mutex<Vec<String>>,
+}
+
+impl ClientContext for Acks {}
+
+impl ProducerContext for Acks {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
+        match result {
+            Ok(_) => self.acked.lock().unwrap_or_else(|e| e.into_inner()).push(opaque),
+            Err((e, _)) => self.failed.lock().unwrap_or_else(|e| e.into_inner()).push(e.to_string()),
+        }
+    }
+}
+
+fn opaque(partition: i32, offset: i64) -> usize {
+    ((partition as usize) << 48) | offset as usize
+}
+
+/// The loop's offset bookkeeping: trackers per input partition and the
+/// positions they allow.
+#[derive(Default)]
+struct Positions {
+    trackers: HashMap<i32, OffsetTracker>,
+    commit: HashMap<i32, i64>,
+}
+
+impl Positions {
+    fn received(&mut self, partition: i32, offset: i64) -> Result<()> {
+        self.trackers.entry(partition).or_default().received(offset).map_err(|e| anyhow::anyhow!("{e}"))
+    }
+
+    /// Completes every acknowledged output; fails on a failed delivery.
+    fn settle(&mut self, acks: &Acks) -> Result<()> {
+        if let Some(e) = acks.failed.lock().unwrap_or_else(|e| e.into_inner()).first() {
+            bail!("a delivery failed in the ceiling loop: {e}");
+        }
+        let acked = std::mem::take(&mut *acks.acked.lock().unwrap_or_else(|e| e.into_inner()));
+        for o in acked {
+            let (partition, offset) = ((o >> 48) as i32, (o & ((1 << 48) - 1)) as i64);
+            let tracker = self.trackers.get_mut(&partition).context("an ack for an untracked partition")?;
+            tracker.complete(offset).map_err(|e| anyhow::anyhow!("{e}"))?;
+            if let Some(position) = tracker.take_commit() {
+                self.commit.insert(partition, position);
+            }
+        }
+        Ok(())
+    }
+
+    fn commit(&self, consumer: &BaseConsumer, topic: &str, mode: CommitMode) -> Result<()> {
+        let mut tpl = TopicPartitionList::new();
+        for (&p, &o) in &self.commit {
+            tpl.add_partition_offset(topic, p, Offset::Offset(o))?;
+        }
+        if tpl.count() > 0 {
+            consumer.commit(&tpl, mode)?;
+        }
+        Ok(())
+    }
+
+    fn incomplete(&self) -> usize {
+        self.trackers.values().map(OffsetTracker::incomplete).sum()
+    }
+}
+
+/// Drains `expected` records of the processor's input topic (its group in
+/// `config`), producing one of `swaps` (cycled) per record to `output`.
+pub fn run(
+    config: &RuntimeConfig,
+    output: &str,
+    swaps: &[Vec<u8>],
+    mut redis: Option<RedisApply>,
+    expected: u64,
+    timeout: Duration,
+) -> Result<Ceiling> {
+    anyhow::ensure!(!swaps.is_empty(), "no swap payloads to produce");
+    let consumer: BaseConsumer = sluice_runtime::consumer::client_config(config).create()?;
+    consumer.subscribe(&[&config.input_topic])?;
+    let producer: BaseProducer<Acks> =
+        sluice_runtime::sink::producer_config(&config.kafka).create_with_context(Acks::default())?;
+    let deadline = Instant::now() + timeout;
+    let mut positions = Positions::default();
+    let (mut records, mut batches, mut round_trips) = (0u64, 0u64, 0u64);
+    let mut batch: Vec<Input> = Vec::with_capacity(BATCH);
+    let mut first: Option<Instant> = None;
+    let mut last = Instant::now();
+    let mut last_commit = Instant::now();
+    while records < expected {
+        if Instant::now() > deadline {
+            bail!("ceiling: {records} of {expected} records after {timeout:?}");
+        }
+        batch.clear();
+        let mut wait = Duration::from_millis(100);
+        while batch.len() < BATCH {
+            let Some(message) = consumer.poll(wait) else { break };
+            let message = message?;
+            wait = Duration::ZERO;
+            let key = message.key().unwrap_or_default().to_vec();
+            batch.push(Input { partition: message.partition(), offset: message.offset(), key });
+        }
+        if batch.is_empty() {
+            producer.poll(Duration::ZERO);
+            positions.settle(producer.context())?;
+            continue;
+        }
+        first.get_or_insert_with(Instant::now);
+        batches += 1;
+        if let Some(r) = redis.as_mut() {
+            r.apply(&batch)?;
+            round_trips += 1;
+        }
+        for input in &batch {
+            positions.received(input.partition, input.offset)?;
+            let payload = &swaps[(records as usize) % swaps.len()];
+            send(&producer, output, &input.key, payload, opaque(input.partition, input.offset))?;
+            records += 1;
+        }
+        last = Instant::now();
+        producer.poll(Duration::ZERO);
+        positions.settle(producer.context())?;
+        if last_commit.elapsed() >= config.commit_interval {
+            last_commit = Instant::now();
+            positions.commit(&consumer, &config.input_topic, CommitMode::Async)?;
+        }
+    }
+    producer.flush(Duration::from_secs(30))?;
+    positions.settle(producer.context())?;
+    if positions.incomplete() > 0 {
+        bail!("{} records without an acknowledged output after the flush", positions.incomplete());
+    }
+    positions.commit(&consumer, &config.input_topic, CommitMode::Sync)?;
+    let start = first.unwrap_or(last);
+    let seconds = last.duration_since(start).as_secs_f64();
+    Ok(Ceiling {
+        variant: if redis.is_some() { "consume-redis-produce" } else { "consume-produce" },
+        records,
+        seconds,
+        records_per_sec: records as f64 / seconds.max(1e-9),
+        acked_seconds: start.elapsed().as_secs_f64(),
+        batches,
+        redis_round_trips: round_trips,
+        redis_commands: if redis.is_some() { records } else { 0 },
+    })
+}
+
+/// Enqueues one output, serving acknowledgements while librdkafka's queue is full.
+fn send(producer: &BaseProducer<Acks>, topic: &str, key: &[u8], payload: &[u8], opaque: usize) -> Result<()> {
+    loop {
+        match producer.send(BaseRecord::with_opaque_to(topic, opaque).key(key).payload(payload)) {
+            Ok(()) => return Ok(()),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                producer.poll(Duration::from_millis(5));
+            }
+            Err((e, _)) => return Err(e.into()),
+        }
+    }
+}
+
+/// The Swap records the processor publishes for the first `records` records
+/// of `traffic` (the DEX handler on in-memory outputs), for the ceiling to
+/// produce: the same sizes and content, so the same compression.
+pub async fn swap_payloads(traffic: &Traffic, records: usize) -> Result<Vec<Vec<u8>>> {
+    let config = DexConfig::read(&mut EnvReader::from_vars("X_", Vec::new()));
+    let handler = DexHandler::with_outputs(config, InMemory::new(traffic.tokens()), &prometheus::Registry::new())
+        .map_err(anyhow::Error::msg)?;
+    let topic: Arc<str> = Arc::from("swaps");
+    let mut payloads = Vec::new();
+    for j in 0..records.min(traffic.records.len()) {
+        let (key, payload) = traffic.record(j);
+        let record = Record {
+            topic: topic.clone(),
+            partition: 0,
+            offset: j as i64,
+            key: Some(key.as_bytes().to_vec()),
+            payload: Some(payload.to_vec()),
+            timestamp_ms: None,
+        };
+        if let Ok(handled) = handler.handle(&record).await {
+            payloads.extend(handled.publish.into_iter().map(|p| p.payload));
+        }
+    }
+    Ok(payloads)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn ack(acks: &Acks, partition: i32, offset: i64) {
+        acks.acked.lock().unwrap().push(opaque(partition, offset));
+    }
+
+    #[test]
+    fn commits_only_below_unacknowledged_outputs() {
+        let (mut positions, acks) = (Positions::default(), Acks::default());
+        for offset in 0..3 {
+            positions.received(7, offset).unwrap();
+        }
+        positions.received(2, 1 << 40).unwrap();
+        ack(&acks, 7, 1);
+        ack(&acks, 2, 1 << 40);
+        positions.settle(&acks).unwrap();
+        assert_eq!(positions.commit.get(&7).copied().unwrap_or(0), 0, "offset 0 is not acknowledged yet");
+        assert_eq!(positions.commit.get(&2), Some(&((1 << 40) + 1)));
+        ack(&acks, 7, 0);
+        positions.settle(&acks).unwrap();
+        assert_eq!(positions.commit.get(&7), Some(&2));
+        assert_eq!(positions.incomplete(), 1);
+        acks.failed.lock().unwrap().push("broker down".into());
+        assert!(positions.settle(&acks).is_err(), "a failed delivery stops the loop");
+    }
+}

@@ -1,0 +1,72 @@
+//! The broker stress run (`stress --mode kafka|full`) as a table on stdout.
+
+use crate::broker::Figures;
+use crate::cost::Cost;
+
+#[allow(clippy::print_stdout)]
+fn cost_line(label: &str, c: &Cost) {
+    let (cpu, cs) = (&c.cpu_us_per_record, &c.context_switches_per_record);
+    println!(
+        "  {label:<18} CPU-µs/record process {:.2}  broker {:.2}  redis {:.2}  feeder {:.2};  \
+         switches/record {:.2} / {:.2} / {:.2}",
+        cpu.process, cpu.broker, cpu.redis, cpu.feeder, cs.process, cs.broker, cs.redis
+    );
+    let b = &c.broker;
+    let per_request = if b.produce_requests > 0 { format!("{:.1}", b.records_per_produce_request) } else { "-".into() };
+    println!(
+        "  {:<18} broker: {:.0} produce + {:.0} fetch requests/s, {per_request} records/produce request, {} requests in all",
+        "", b.produce_per_sec, b.fetch_per_sec, b.all_requests
+    );
+    let threads: Vec<String> =
+        c.threads_cpu_us_per_record.iter().take(6).map(|(name, us)| format!("{name} {us:.2}")).collect();
+    println!("  {:<18} process threads (CPU-µs/record): {}", "", threads.join(", "));
+}
+
+#[allow(clippy::print_stdout)]
+pub fn print(f: &Figures) {
+    let b = &f.backlog;
+    println!("mode stress/{:?} ({} distinct records)", f.mode, f.distinct_records);
+    println!("  backlog produce    {:>10.0} records/s", b.produce.records_per_sec);
+    println!("  bare consumer      {:>10.0} records/s (the client's own ceiling)", b.bare_consumer.records_per_sec);
+    cost_line("", &b.bare_consumer_cost);
+    println!(
+        "  fair ceiling       {:>10.0} records/s ({}, {} batches)",
+        b.ceiling.records_per_sec, b.ceiling.variant, b.ceiling.batches
+    );
+    cost_line("", &b.ceiling_cost);
+    println!(
+        "  processor          {:>10.0} records/s  = {:.3} × fair ceiling, {:.3} × bare consumer",
+        b.processor_records_per_sec, b.processor_over_ceiling, b.processor_over_bare
+    );
+    cost_line("", &b.processor_cost);
+    if let Some(max) = f.max_sustained_rate {
+        println!("  max sustained      {max:>10.0} records/s (feeder running; {} trials)", f.ramp.len());
+    }
+    let o = &f.open_loop;
+    let l = &o.latency;
+    let ms = |ns: u64| ns as f64 / 1e6;
+    println!("  open loop          {:>10.0} records/s target, {:.0} achieved", o.target_rate, o.records_per_sec);
+    println!(
+        "  latency (due → done) p50 {:.2} ms  p95 {:.2} ms  p99 {:.2} ms  p999 {:.2} ms  max {:.2} ms  (p99/p50 {:.2})",
+        ms(l.p50_ns),
+        ms(l.p95_ns),
+        ms(l.p99_ns),
+        ms(l.p999_ns),
+        ms(l.max_ns),
+        o.p99_over_p50
+    );
+    cost_line("open loop", &o.cost);
+    println!("  peak RSS           {:.0} MiB (bench process)", o.peak_rss_mib);
+    println!(
+        "  redis              {:.2} round trips/1000 records, {:.1} commands/round trip, {} connections",
+        o.redis.round_trips_per_1000_records,
+        o.redis.commands_per_round_trip,
+        o.redis.connections.unwrap_or_default()
+    );
+    println!("  kafka              {:.1} processor records/produce request", o.kafka.records_per_produce_request);
+    let sat = &b.saturated;
+    println!(
+        "  saturated (backlog) {:.1} Redis commands/round trip, {:.1} Kafka records/produce request",
+        sat.redis.commands_per_round_trip, sat.kafka.records_per_produce_request
+    );
+}
