@@ -5,7 +5,7 @@
 //!
 //! One thread, one `BaseConsumer` with exactly the processor's consumer
 //! settings (`consumer::client_config`) and one `BaseProducer` with exactly
-//! its producer settings (`sink::producer_config`: idempotent, `acks=all`,
+//! its producer settings (`output::producer_config`: idempotent, `acks=all`,
 //! the same linger and compression, the same `KAFKA_PROPERTIES`). It polls
 //! a batch (one blocking poll, then whatever is already fetched, up to
 //! [`BATCH`]), produces one Swap-sized record per input keyed by the input's
@@ -189,7 +189,7 @@ pub fn run(
     let consumer: BaseConsumer = sluice_runtime::consumer::client_config(config).create()?;
     consumer.subscribe(&[&config.input_topic])?;
     let producer: BaseProducer<Acks> =
-        sluice_runtime::sink::producer_config(&config.kafka).create_with_context(Acks::default())?;
+        sluice_runtime::output::producer_config(&config.kafka).create_with_context(Acks::default())?;
     let deadline = Instant::now() + timeout;
     let mut positions = Positions::default();
     let (mut records, mut batches, mut round_trips) = (0u64, 0u64, 0u64);

@@ -17,7 +17,7 @@ use sluice_kafka::topics::TopicSpec;
 use sluice_kafka::{KafkaConfig, PipelinedProducer, ensure_topics};
 use sluice_runtime::metrics::RuntimeMetrics;
 use sluice_runtime::run::RuntimeError;
-use sluice_runtime::{HandleError, Handled, Handler, Record, Runtime, RuntimeConfig, RuntimeHandle};
+use sluice_runtime::{Batching, HandleError, Handled, Handler, Record, Runtime, RuntimeConfig, RuntimeHandle};
 use sluice_service::env::EnvReader;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -285,6 +285,23 @@ impl<H: Handler> Handler for Measured<H> {
             self.probe.progress.complete(record, started);
         }
         result
+    }
+
+    /// The inner handler's batches, each record reported once its result
+    /// is in (the simulated IO wait, when set, stays per record).
+    async fn handle_batch(&self, records: &[Record]) -> Vec<Result<Handled, HandleError>> {
+        let started = Instant::now();
+        let results = self.inner.handle_batch(records).await;
+        for (record, result) in records.iter().zip(&results) {
+            if !matches!(result, Err(HandleError::Transient { .. })) {
+                self.probe.progress.complete(record, started);
+            }
+        }
+        results
+    }
+
+    fn batching(&self) -> Batching {
+        if self.probe.io.is_zero() { self.inner.batching() } else { Batching::PerRecord }
     }
 
     fn ready(&self) -> Result<(), String> {

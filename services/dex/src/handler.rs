@@ -11,7 +11,8 @@ use sluice_core::prices::PriceBoard;
 use sluice_core::recognize::{RecognizeError, Recognized, SwapFact, recognize, recognize_view};
 use sluice_core::txview::TxView;
 use sluice_runtime::sink::RedisSink;
-use sluice_runtime::{HandleError, Handled, Handler, Publish, Record};
+use sluice_runtime::sink::SinkError;
+use sluice_runtime::{Batching, HandleError, Handled, Handler, Publish, Record};
 
 use crate::config::DexConfig;
 use crate::metrics::DexMetrics;
@@ -131,9 +132,10 @@ impl<O: Outputs> DexHandler<O> {
         }
     }
 
-    /// Applies one swap; returns the `Swap` record to publish. Cache hits
-    /// are counted into `hits` (the metric is bumped once per record).
-    async fn handle_swap(&self, fact: &SwapFact<'_>, hits: &mut u64) -> Result<Publish, HandleError> {
+    /// Everything about one swap but its apply: the `Swap` record and the
+    /// pool update. Cache hits are counted into `hits` (the metric is bumped
+    /// once per record).
+    async fn prepare_swap<'a>(&self, fact: &SwapFact<'a>, hits: &mut u64) -> Result<Prepared<'a>, HandleError> {
         let a = self.token(fact.mint_a, hits).await?;
         let b = self.token(fact.mint_b, hits).await?;
         let (in_info, out_info) = if fact.a_to_b { (&a, &b) } else { (&b, &a) };
@@ -174,46 +176,76 @@ impl<O: Outputs> DexHandler<O> {
             notional_usd: self.notional(&a, &b, amount_a, amount_b),
             block_time_ms: fact.block_time_ms,
         };
-        let apply = Apply { pool: fact.pool, update: PoolUpdate::from(fact), price, venue: fact.venue as i32 };
-        let payload = swap.encode_to_vec();
-        // Redis first, then Kafka (the runtime publishes after `handle`
-        // returns): if Redis is down nothing is published, so a retry after
-        // an outage writes no duplicate to dex.swaps. A replay finds the
-        // state already applied (0) and publishes the swap again: dex.swaps
-        // is at-least-once (each Swap carries its sequence, for consumers
-        // that deduplicate); the pool state is exactly-once.
-        let applied = self.outputs.apply(&apply).await.map_err(|e| HandleError::transient("redis", e))?;
+        // Only a swap that moves a reference pool (e.g. SOL/USDC) moves the board.
+        let moves_board = self.is_stable(b.symbol.as_str()) && self.board.tracks(a.symbol.as_str());
+        Ok(Prepared {
+            apply: Apply { pool: fact.pool, update: PoolUpdate::from(fact), price, venue: fact.venue as i32 },
+            venue: fact.venue,
+            payload: swap.encode_to_vec(),
+            board: moves_board.then_some(a.symbol),
+        })
+    }
+
+    /// A prepared swap whose apply returned `applied`: the `Swap` record to
+    /// publish. Redis first, then Kafka (the runtime publishes after the
+    /// handler returns): if Redis is down nothing is published, so a retry
+    /// after an outage writes no duplicate to dex.swaps. A replay finds the
+    /// state already applied (`false`) and publishes the swap again:
+    /// dex.swaps is at-least-once (each Swap carries its sequence, for
+    /// consumers that deduplicate); the pool state is exactly-once.
+    fn finish_swap(&self, prepared: Prepared<'_>, applied: bool) -> Publish {
         if !applied {
             self.metrics.stale_swaps.inc();
-        } else if self.is_stable(b.symbol.as_str()) && self.board.tracks(a.symbol.as_str()) {
-            // Only a swap that moved its reference pool (e.g. SOL/USDC) moves
-            // the board: a replayed old swap must not set a stale price.
-            self.board.store(a.symbol.as_str(), price);
+        } else if let Some(symbol) = &prepared.board {
+            // A replayed old swap must not set a stale price.
+            self.board.store(symbol.as_str(), prepared.apply.price);
         }
-        self.metrics.swap_counter(fact.venue).inc();
-        Ok(Publish { topic: self.swaps_topic.clone(), key: fact.pool.as_bytes().to_vec(), payload })
+        self.metrics.swap_counter(prepared.venue).inc();
+        Publish {
+            topic: self.swaps_topic.clone(),
+            key: prepared.apply.pool.as_bytes().to_vec(),
+            payload: prepared.payload,
+        }
     }
 }
 
+/// One swap ready to apply and publish.
+struct Prepared<'a> {
+    apply: Apply<'a>,
+    venue: Venue,
+    payload: Vec<u8>,
+    /// The reference token whose board price this swap sets, if it does.
+    board: Option<registry::Symbol>,
+}
+
+/// A recognised record whose swaps are prepared, waiting for their applies.
+struct Ready<'a> {
+    swaps: Vec<Prepared<'a>>,
+    outcome: &'static str,
+    block_time_ms: i64,
+}
+
+/// Records a batch takes at most: one Redis round trip for all their swaps.
+const BATCH_RECORDS: usize = 512;
+
 impl<O: Outputs> DexHandler<O> {
-    /// The swaps of one recognised record, in order (a record's swaps on its
-    /// pool are a sequence), and the record's outcome.
-    async fn handle_recognised(
+    /// The swaps of one recognised record, prepared in order (a record's
+    /// swaps on its pool are a sequence), and the record's outcome.
+    async fn prepare<'a>(
         &self,
-        recognised: Result<Recognized<'_>, RecognizeError>,
+        recognised: Result<Recognized<'a>, RecognizeError>,
         block_time_ms: i64,
-    ) -> Result<Handled, HandleError> {
+    ) -> Result<Ready<'a>, HandleError> {
         let recognised = recognised.map_err(|e| HandleError::invalid(e.kind(), e.to_string()))?;
         if recognised.unknown_venue > 0 {
             self.metrics.unknown_venue.inc_by(u64::from(recognised.unknown_venue));
         }
-        // In order: a record's swaps on its pool are a sequence.
-        let mut publish = Vec::with_capacity(recognised.swaps.len());
+        let mut swaps = Vec::with_capacity(recognised.swaps.len());
         let mut hits = 0;
         let mut result = Ok(());
         for fact in &recognised.swaps {
-            match self.handle_swap(fact, &mut hits).await {
-                Ok(p) => publish.push(p),
+            match self.prepare_swap(fact, &mut hits).await {
+                Ok(p) => swaps.push(p),
                 Err(e) => {
                     result = Err(e);
                     break;
@@ -229,7 +261,130 @@ impl<O: Outputs> DexHandler<O> {
             (true, true) => "unknown_venue",
             (true, false) => "no_swap",
         };
-        Ok(Handled { outcome, event_time_ms: Some(block_time_ms), publish })
+        Ok(Ready { swaps, outcome, block_time_ms })
+    }
+
+    fn finish(&self, ready: Ready<'_>, applied: impl IntoIterator<Item = bool>) -> Handled {
+        let publish = ready.swaps.into_iter().zip(applied).map(|(p, applied)| self.finish_swap(p, applied)).collect();
+        Handled { outcome: ready.outcome, event_time_ms: Some(ready.block_time_ms), publish }
+    }
+
+    /// Applies the swaps of `waiting` records (in order, one round trip for
+    /// all) and sets each record's result. A key whose record failed is
+    /// added to `failed`.
+    async fn apply_waiting<'a>(
+        &self,
+        waiting: &mut Vec<(usize, Ready<'a>)>,
+        results: &mut [Option<Result<Handled, HandleError>>],
+        failed: &mut Vec<&'a [u8]>,
+        records: &'a [Record],
+    ) {
+        if waiting.is_empty() {
+            return;
+        }
+        let applies: Vec<Apply<'a>> =
+            waiting.iter().flat_map(|(_, r)| r.swaps.iter().map(|s| s.apply.clone())).collect();
+        let replies = self.outputs.apply_all(&applies).await;
+        let mut replies = match replies {
+            Ok(replies) => replies.into_iter(),
+            Err(e) => vec![Err(e); applies.len()].into_iter(),
+        };
+        for (i, ready) in waiting.drain(..) {
+            let mut mine: Vec<Result<bool, SinkError>> = replies.by_ref().take(ready.swaps.len()).collect();
+            if mine.len() < ready.swaps.len() {
+                mine.push(Err(SinkError::Redis("fewer replies than applies".into())));
+            }
+            results[i] = Some(match mine.iter().find_map(|r| r.as_ref().err()) {
+                Some(e) => {
+                    failed.extend(records[i].key.as_deref());
+                    Err(HandleError::transient("redis", e))
+                }
+                None => Ok(self.finish(ready, mine.into_iter().map(|r| r.unwrap_or(false)))),
+            });
+        }
+    }
+
+    /// One record: decode, recognise, prepare, apply (one round trip for
+    /// its swaps), finish.
+    async fn handle_one(&self, record: &Record) -> Result<Handled, HandleError> {
+        let payload = record.payload.as_deref().unwrap_or_default();
+        // The borrowed decode accepts exactly what prost accepts; on a bad
+        // payload prost decodes it again for the dead letter's reason.
+        match TxView::decode(payload) {
+            Ok(tx) => {
+                let key = record_key(record)?;
+                let ready = self.prepare(recognize_view(&tx, key), tx.block_time_ms).await?;
+                self.apply_ready(ready).await
+            }
+            Err(_) => {
+                let tx =
+                    ChainTransaction::decode(payload).map_err(|e| HandleError::invalid("decode", e.to_string()))?;
+                // Unreachable while the two decoders agree (tests/txview.rs in
+                // sluice-core); if they ever did not, prost's verdict wins.
+                let key = record_key(record)?;
+                let ready = self.prepare(recognize(&tx, key), tx.block_time_ms).await?;
+                self.apply_ready(ready).await
+            }
+        }
+    }
+
+    async fn apply_ready(&self, ready: Ready<'_>) -> Result<Handled, HandleError> {
+        if ready.swaps.is_empty() {
+            return Ok(self.finish(ready, []));
+        }
+        let applies: Vec<Apply<'_>> = ready.swaps.iter().map(|s| s.apply.clone()).collect();
+        let replies = self.outputs.apply_all(&applies).await.map_err(|e| HandleError::transient("redis", e))?;
+        let applied = replies
+            .into_iter()
+            .collect::<Result<Vec<bool>, SinkError>>()
+            .map_err(|e| HandleError::transient("redis", e))?;
+        Ok(self.finish(ready, applied))
+    }
+
+    /// A batch: every record decoded, recognised and prepared in order, then
+    /// all their swaps applied in one round trip. A record the borrowed
+    /// decoder refuses goes alone, after what came before it has landed; a
+    /// key whose record failed keeps its later records out of the batch.
+    async fn handle_many(&self, records: &[Record]) -> Vec<Result<Handled, HandleError>> {
+        let mut results: Vec<Option<Result<Handled, HandleError>>> = (0..records.len()).map(|_| None).collect();
+        let mut waiting: Vec<(usize, Ready<'_>)> = Vec::new();
+        let mut failed: Vec<&[u8]> = Vec::new();
+        for (i, record) in records.iter().enumerate() {
+            let key = record.key.as_deref();
+            if key.is_some_and(|k| failed.contains(&k)) {
+                results[i] = Some(Err(HandleError::transient("redis", "an earlier record of this pool failed")));
+                continue;
+            }
+            let payload = record.payload.as_deref().unwrap_or_default();
+            let prepared = match (TxView::decode(payload), record_key(record)) {
+                (Ok(tx), Ok(k)) => self.prepare(recognize_view(&tx, k), tx.block_time_ms).await,
+                (Ok(_), Err(e)) => Err(e),
+                (Err(_), _) => {
+                    self.apply_waiting(&mut waiting, &mut results, &mut failed, records).await;
+                    let result = self.handle_one(record).await;
+                    if matches!(result, Err(HandleError::Transient { .. })) {
+                        failed.extend(key);
+                    }
+                    results[i] = Some(result);
+                    continue;
+                }
+            };
+            match prepared {
+                Ok(ready) if ready.swaps.is_empty() => results[i] = Some(Ok(self.finish(ready, []))),
+                Ok(ready) => waiting.push((i, ready)),
+                Err(e) => {
+                    if matches!(e, HandleError::Transient { .. }) {
+                        failed.extend(key);
+                    }
+                    results[i] = Some(Err(e));
+                }
+            }
+        }
+        self.apply_waiting(&mut waiting, &mut results, &mut failed, records).await;
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(HandleError::transient("handler", "record left without a result"))))
+            .collect()
     }
 }
 
@@ -243,22 +398,18 @@ fn record_key(record: &Record) -> Result<&str, HandleError> {
 
 impl<O: Outputs> Handler for DexHandler<O> {
     async fn handle(&self, record: &Record) -> Result<Handled, HandleError> {
-        let payload = record.payload.as_deref().unwrap_or_default();
-        // The borrowed decode accepts exactly what prost accepts; on a bad
-        // payload prost decodes it again for the dead letter's reason.
-        match TxView::decode(payload) {
-            Ok(tx) => {
-                let key = record_key(record)?;
-                self.handle_recognised(recognize_view(&tx, key), tx.block_time_ms).await
-            }
-            Err(_) => {
-                let tx =
-                    ChainTransaction::decode(payload).map_err(|e| HandleError::invalid("decode", e.to_string()))?;
-                // Unreachable while the two decoders agree (tests/txview.rs in
-                // sluice-core); if they ever did not, prost's verdict wins.
-                let key = record_key(record)?;
-                self.handle_recognised(recognize(&tx, key), tx.block_time_ms).await
-            }
-        }
+        self.handle_one(record).await
+    }
+
+    fn handle_batch<'a>(
+        &'a self,
+        records: &'a [Record],
+    ) -> impl Future<Output = Vec<Result<Handled, HandleError>>> + Send + 'a {
+        self.handle_many(records)
+    }
+
+    /// In batches: a batch's swaps cost one Redis round trip, like one record's.
+    fn batching(&self) -> Batching {
+        Batching::Batch { max_records: BATCH_RECORDS }
     }
 }

@@ -21,6 +21,21 @@ pub trait Outputs: Send + Sync + 'static {
     /// Applies a swap to its pool: `true` when applied, `false` when the
     /// pool had already applied a swap at or above its sequence.
     fn apply(&self, apply: &Apply<'_>) -> impl Future<Output = Result<bool, SinkError>> + Send;
+
+    /// Applies swaps in order: one result each, or `Err` when none is known
+    /// to have landed (the round trip failed). One by one unless overridden.
+    fn apply_all(
+        &self,
+        applies: &[Apply<'_>],
+    ) -> impl Future<Output = Result<Vec<Result<bool, SinkError>>, SinkError>> + Send {
+        async move {
+            let mut out = Vec::with_capacity(applies.len());
+            for apply in applies {
+                out.push(self.apply(apply).await);
+            }
+            Ok(out)
+        }
+    }
 }
 
 /// Production: the registry and pool state in Redis (the apply script).
@@ -55,6 +70,14 @@ impl Outputs for Live {
         let command = state::apply_command(&self.apply_sha, &self.prefix, apply, self.audit);
         let applied = self.redis.exec(command).await?;
         Ok(redis::from_redis_value::<i64>(applied).ok() != Some(0))
+    }
+
+    /// One round trip for all of them, in order.
+    async fn apply_all(&self, applies: &[Apply<'_>]) -> Result<Vec<Result<bool, SinkError>>, SinkError> {
+        let commands =
+            applies.iter().map(|a| state::apply_command(&self.apply_sha, &self.prefix, a, self.audit)).collect();
+        let replies = self.redis.exec_all(commands).await?;
+        Ok(replies.into_iter().map(|r| r.map(|v| redis::from_redis_value::<i64>(v).ok() != Some(0))).collect())
     }
 }
 

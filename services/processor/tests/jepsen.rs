@@ -113,7 +113,7 @@ impl Scenario {
             .env("SLUICE_PROCESSOR_DRAIN_DEADLINE_MS", "10000")
             .env("SLUICE_PROCESSOR_SHUTDOWN_DEADLINE_MS", "20000")
             .env("SLUICE_LOG_FORMAT", "plain")
-            .env("SLUICE_LOG", "info");
+            .env("SLUICE_LOG", std::env::var("SLUICE_TEST_PROCESSOR_LOG").unwrap_or_else(|_| "info".into()));
         let process = Spawned::spawn(&mut command, self.logs.join(format!("{instance}.log")))
             .expect("starting the processor binary");
         Processor { process, name: instance.to_string(), admin_port }

@@ -85,7 +85,7 @@ impl RuntimeConfig {
             group_protocol: env.or("GROUP_PROTOCOL", GroupProtocol::Classic),
             input_topic: env.or("INPUT_TOPIC", CHAIN_TRANSACTIONS.to_string()),
             dlq_topic: env.or("DLQ_TOPIC", CHAIN_TRANSACTIONS_DLQ.to_string()),
-            max_in_flight_per_partition: env.or("MAX_IN_FLIGHT_PER_PARTITION", 1_000),
+            max_in_flight_per_partition: env.or("MAX_IN_FLIGHT_PER_PARTITION", 10_000),
             max_bytes_per_partition: env.or("MAX_BYTES_PER_PARTITION", 16 << 20),
             resume_fraction: env.or("RESUME_FRACTION", 0.5),
             concurrency: env.or("CONCURRENCY", 256),

@@ -2,12 +2,15 @@
 //!
 //! It runs on a dedicated OS thread (never a tokio worker) so that polling
 //! never waits on application work and rebalance callbacks may block on a
-//! drain. Partition actors talk to it through a command channel (store an
-//! offset, pause, resume), each command tagged with the actor's assignment
-//! epoch; a command from an epoch that is no longer current is dropped.
-//! Offsets are stored as-is (`store_offsets`: the next offset to consume)
-//! and committed by this thread: asynchronously every commit interval, and
-//! synchronously on revoke and at shutdown (librdkafka's auto-commit is off).
+//! drain. Each poll round takes what librdkafka has fetched (up to
+//! [`POLL_BATCH`] records) and hands every partition its share in one
+//! message to the partition's worker. Workers answer through their slots
+//! (the position to commit, whether to pause), which this thread reads each
+//! round; a slot belongs to one assignment epoch and is dropped when the
+//! partition is revoked or lost, so an ended epoch's position is never
+//! committed. Commits are made by this thread: asynchronously every commit
+//! interval, and synchronously on revoke and at shutdown (librdkafka's
+//! auto-commit and offset store are off).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,32 +25,45 @@ use rdkafka::{ClientConfig, ClientContext};
 
 use crate::config::{GroupProtocol, RuntimeConfig};
 use crate::handler::{Handler, Record};
+use crate::health::Health;
 use crate::metrics::RuntimeMetrics;
-use crate::partition::{ActorHandle, ActorMsg, Budget, PartitionActor};
-use crate::task::{Health, TaskShared};
+use crate::worker::{Shared, Worker, WorkerHandle, WorkerMsg};
 
-/// Requests from partition actors to the consumer thread.
-#[derive(Debug)]
-pub(crate) enum Command {
-    Store { partition: i32, epoch: u64, offset: i64 },
-    Pause { partition: i32, epoch: u64 },
-    Resume { partition: i32, epoch: u64 },
+/// Most records one poll round takes before handing them out.
+const POLL_BATCH: usize = 2048;
+
+/// Records handed out and not finished, over all partitions, past which
+/// this thread takes no more until the workers catch up (they stay in
+/// librdkafka's prefetch meanwhile, which a pause would throw away). Small,
+/// so a revoke or a shutdown drains in a moment; a partition's own budget
+/// (a pause) is for when its worker stops making progress.
+const MAX_AHEAD: u64 = 4 * POLL_BATCH as u64;
+
+/// Even while the workers are behind, a poll round at least this often:
+/// rebalance callbacks and errors are served from polls.
+const MAX_POLL_GAP: Duration = Duration::from_millis(100);
+
+/// What this thread knows of one partition's intake.
+#[derive(Debug, Default, Clone, Copy)]
+struct Flow {
+    handed: u64,
+    paused: bool,
 }
 
-/// The consumer's callbacks and the partition actors it owns.
+/// The consumer's callbacks and the partition workers it owns.
 pub(crate) struct Ctx<H> {
     topic: Arc<str>,
-    actors: Mutex<HashMap<i32, ActorHandle>>,
+    workers: Mutex<HashMap<i32, WorkerHandle>>,
     next_epoch: Mutex<u64>,
-    /// Latest safe position per owned partition, and the last one sent in a
-    /// periodic commit; the periodic commit sends those that differ (and all
-    /// of them now and then, so a commit lost in transit is repeated).
-    pending: Mutex<HashMap<i32, i64>>,
+    /// The last position sent in a periodic commit, per owned partition; the
+    /// periodic commit sends those that moved (and all of them now and
+    /// then, so a commit lost in transit is repeated).
     sent: Mutex<HashMap<i32, i64>>,
+    /// Per owned partition: records handed to its worker, and whether this
+    /// thread has paused it.
+    flow: Mutex<HashMap<i32, Flow>>,
     runtime: tokio::runtime::Handle,
-    commands: std::sync::mpsc::Sender<Command>,
-    shared: Arc<TaskShared<H>>,
-    budget: Budget,
+    shared: Arc<Shared<H>>,
     drain_deadline: Duration,
     metrics: RuntimeMetrics,
     health: Arc<Health>,
@@ -61,8 +77,8 @@ impl<H: Handler> ClientContext for Ctx<H> {
         let Some(topic) = statistics.topics.get(&*self.topic) else { return };
         // The lock is held through the updates: a revoke removes the actor, then
         // the partition's series, so no update can bring a revoked one back.
-        let actors = self.lock_actors();
-        for &p in actors.keys() {
+        let workers = self.lock_workers();
+        for &p in workers.keys() {
             let Some(stats) = topic.partitions.get(&p) else { continue };
             if stats.hi_offset < 0 {
                 continue;
@@ -83,47 +99,42 @@ impl<H: Handler> ConsumerContext for Ctx<H> {
                 let partitions: Vec<i32> = tpl.elements_for_topic(&self.topic).iter().map(|e| e.partition()).collect();
                 self.metrics.rebalances.with_label_values(&["assign"]).inc();
                 tracing::info!(?partitions, "Partitions assigned");
-                let mut actors = self.lock_actors();
+                let mut workers = self.lock_workers();
                 for p in partitions {
                     let epoch = {
                         let mut next = self.next_epoch.lock().unwrap_or_else(|e| e.into_inner());
                         *next += 1;
                         *next
                     };
-                    let handle = PartitionActor::spawn(
-                        &self.runtime,
-                        p,
-                        epoch,
-                        self.budget,
-                        self.commands.clone(),
-                        self.shared.clone(),
-                    );
-                    if let Some(old) = actors.insert(p, handle) {
+                    let handle = Worker::spawn(&self.runtime, p, epoch, self.shared.clone());
+                    // A new epoch counts its intake afresh (post_rebalance resumes it).
+                    self.flow.lock().unwrap_or_else(|e| e.into_inner()).insert(p, Flow::default());
+                    if let Some(old) = workers.insert(p, handle) {
                         // Assigned again without a revoke in between: the old
                         // epoch's work must stop and never commit.
-                        let _ = old.tx.send(ActorMsg::Lost);
+                        let _ = old.tx.send(WorkerMsg::Lost);
                     }
                 }
-                self.set_assigned(actors.len());
+                self.set_assigned(workers.len());
             }
             Rebalance::Revoke(tpl) => {
                 let partitions: Vec<i32> = tpl.elements_for_topic(&self.topic).iter().map(|e| e.partition()).collect();
                 if consumer.assignment_lost() {
                     self.metrics.rebalances.with_label_values(&["lost"]).inc();
                     tracing::warn!(?partitions, "Partitions lost; dropping their work uncommitted");
-                    self.forget_pending(&partitions);
-                    let mut actors = self.lock_actors();
+                    self.forget_sent(&partitions);
+                    let mut workers = self.lock_workers();
                     for p in &partitions {
-                        if let Some(handle) = actors.remove(p) {
-                            let _ = handle.tx.send(ActorMsg::Lost);
+                        if let Some(handle) = workers.remove(p) {
+                            let _ = handle.tx.send(WorkerMsg::Lost);
                         }
                     }
-                    self.set_assigned(actors.len());
+                    self.set_assigned(workers.len());
                 } else {
                     self.metrics.rebalances.with_label_values(&["revoke"]).inc();
                     tracing::info!(?partitions, "Partitions revoked; draining");
                     let drained = self.drain(&partitions, self.drain_deadline);
-                    self.forget_pending(&partitions);
+                    self.forget_sent(&partitions);
                     self.commit_drained(consumer, &drained);
                 }
                 self.forget_offset_metrics(&partitions);
@@ -136,7 +147,7 @@ impl<H: Handler> ConsumerContext for Ctx<H> {
     }
 
     /// librdkafka keeps an application pause across unassign and reassign,
-    /// and a new actor starts unpaused: so every newly assigned partition is
+    /// and a new worker starts unpaused: so every newly assigned partition is
     /// resumed, or a partition paused by an earlier owner-epoch would never
     /// be fetched again.
     fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -150,18 +161,17 @@ impl<H: Handler> ConsumerContext for Ctx<H> {
 }
 
 impl<H: Handler> Ctx<H> {
-    fn lock_actors(&self) -> std::sync::MutexGuard<'_, HashMap<i32, ActorHandle>> {
-        self.actors.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock_workers(&self) -> std::sync::MutexGuard<'_, HashMap<i32, WorkerHandle>> {
+        self.workers.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Positions of partitions this member no longer owns must never be
-    /// committed by the periodic commit.
-    fn forget_pending(&self, partitions: &[i32]) {
-        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+    /// Partitions this member no longer owns start afresh if they come back.
+    fn forget_sent(&self, partitions: &[i32]) {
         let mut sent = self.sent.lock().unwrap_or_else(|e| e.into_inner());
+        let mut flow = self.flow.lock().unwrap_or_else(|e| e.into_inner());
         for p in partitions {
-            pending.remove(p);
             sent.remove(p);
+            flow.remove(p);
         }
     }
 
@@ -181,7 +191,7 @@ impl<H: Handler> Ctx<H> {
         self.health.assigned.store(n, Ordering::Relaxed);
     }
 
-    /// Drains the actors of `partitions`: in-flight work may finish until
+    /// Drains the workers of `partitions`: in-flight work may finish until
     /// the deadline. Returns their final positions. Runs on the consumer
     /// thread (inside the revoke callback, or at shutdown), so it may block.
     fn drain(&self, partitions: &[i32], deadline: Duration) -> TopicPartitionList {
@@ -189,15 +199,15 @@ impl<H: Handler> Ctx<H> {
         let (reply, replies) = std::sync::mpsc::sync_channel(partitions.len().max(1));
         let mut waiting = 0;
         {
-            let mut actors = self.lock_actors();
+            let mut workers = self.lock_workers();
             for p in partitions {
-                if let Some(handle) = actors.remove(p)
-                    && handle.tx.send(ActorMsg::Drain { deadline, reply: reply.clone() }).is_ok()
+                if let Some(handle) = workers.remove(p)
+                    && handle.tx.send(WorkerMsg::Drain { deadline, reply: reply.clone() }).is_ok()
                 {
                     waiting += 1;
                 }
             }
-            self.set_assigned(actors.len());
+            self.set_assigned(workers.len());
         }
         let mut tpl = TopicPartitionList::new();
         while waiting > 0 {
@@ -214,15 +224,11 @@ impl<H: Handler> Ctx<H> {
         tpl
     }
 
-    /// Stores and synchronously commits drained positions.
+    /// Synchronously commits drained positions.
     fn commit_drained(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) {
-        if tpl.count() == 0 {
-            return;
+        if tpl.count() > 0 {
+            self.commit_sync(consumer, tpl);
         }
-        if let Err(e) = consumer.store_offsets(tpl) {
-            tracing::debug!(error = %e, "Storing final offsets failed (partition already gone)");
-        }
-        self.commit_sync(consumer, tpl);
     }
 
     /// Commits `tpl` synchronously and records the outcome.
@@ -255,10 +261,6 @@ impl<H: Handler> Ctx<H> {
                 tracing::warn!(error = %e, "Offset commit failed; uncommitted records will be processed again (effects are idempotent)");
             }
         }
-    }
-
-    fn epoch_of(&self, partition: i32) -> Option<u64> {
-        self.lock_actors().get(&partition).map(|h| h.epoch)
     }
 }
 
@@ -308,25 +310,18 @@ pub(crate) struct ConsumerThread {
 /// Creates the consumer and starts its thread.
 pub(crate) fn start<H: Handler>(
     config: &RuntimeConfig,
-    shared: Arc<TaskShared<H>>,
+    shared: Arc<Shared<H>>,
     metrics: RuntimeMetrics,
     health: Arc<Health>,
 ) -> KafkaResult<ConsumerThread> {
-    let (commands, command_rx) = std::sync::mpsc::channel();
     let ctx = Ctx {
         topic: Arc::from(config.input_topic.as_str()),
-        actors: Mutex::new(HashMap::new()),
+        workers: Mutex::new(HashMap::new()),
         next_epoch: Mutex::new(0),
-        pending: Mutex::new(HashMap::new()),
         sent: Mutex::new(HashMap::new()),
+        flow: Mutex::new(HashMap::new()),
         runtime: tokio::runtime::Handle::current(),
-        commands,
         shared,
-        budget: Budget {
-            max_records: config.max_in_flight_per_partition,
-            max_bytes: config.max_bytes_per_partition,
-            resume_fraction: config.resume_fraction,
-        },
         drain_deadline: config.drain_deadline,
         metrics,
         health,
@@ -338,14 +333,13 @@ pub(crate) fn start<H: Handler>(
     let thread_stop = stop.clone();
     let join = std::thread::Builder::new()
         .name("kafka-consumer".into())
-        .spawn(move || poll_loop(consumer, command_rx, thread_stop, drain, commit_interval))
+        .spawn(move || poll_loop(consumer, thread_stop, drain, commit_interval))
         .map_err(|e| KafkaError::ClientCreation(e.to_string()))?;
     Ok(ConsumerThread { stop, join })
 }
 
 fn poll_loop<H: Handler>(
     consumer: BaseConsumer<Ctx<H>>,
-    commands: std::sync::mpsc::Receiver<Command>,
     stop: Arc<AtomicBool>,
     drain: Duration,
     commit_interval: Duration,
@@ -353,88 +347,104 @@ fn poll_loop<H: Handler>(
     let ctx = consumer.context().clone();
     let mut last_commit = Instant::now();
     let mut commits = 0u64;
+    let mut batches: Vec<(i32, Vec<Record>)> = Vec::new();
+    let mut last_poll = Instant::now();
     while !stop.load(Ordering::Acquire) {
-        apply_commands(&consumer, &commands);
+        apply_pauses(&consumer);
         if last_commit.elapsed() >= commit_interval {
             last_commit = Instant::now();
             commits += 1;
             commit_pending(&consumer, commits.is_multiple_of(10));
         }
-        match consumer.poll(Duration::from_millis(50)) {
-            Some(Ok(m)) => {
-                let record = Record {
-                    topic: ctx.topic.clone(),
-                    partition: m.partition(),
-                    offset: m.offset(),
-                    key: m.key().map(<[u8]>::to_vec),
-                    payload: m.payload().map(<[u8]>::to_vec),
-                    timestamp_ms: m.timestamp().to_millis(),
-                };
-                let sent = ctx.lock_actors().get(&record.partition).map(|h| h.tx.send(ActorMsg::Record(record)));
-                if !matches!(sent, Some(Ok(()))) {
-                    // Not stored, so it will be consumed again by the partition's owner.
-                    tracing::warn!(
-                        partition = m.partition(),
-                        offset = m.offset(),
-                        "Record for a partition without an actor"
-                    );
-                }
-            }
-            Some(Err(e)) => tracing::warn!(error = %e, "Consumer error"),
-            None => {}
-        }
-    }
-    shutdown(&consumer, &commands, drain);
-}
-
-fn apply_commands<H: Handler>(consumer: &BaseConsumer<Ctx<H>>, commands: &std::sync::mpsc::Receiver<Command>) {
-    let ctx = consumer.context();
-    let mut stores: HashMap<i32, i64> = HashMap::new();
-    while let Ok(command) = commands.try_recv() {
-        let (partition, epoch) = match &command {
-            Command::Store { partition, epoch, .. }
-            | Command::Pause { partition, epoch }
-            | Command::Resume { partition, epoch } => (*partition, *epoch),
-        };
-        if ctx.epoch_of(partition) != Some(epoch) {
-            // From a revoked assignment: never applied.
-            ctx.metrics.dropped_completions.inc();
+        if in_flight(&ctx) >= MAX_AHEAD && last_poll.elapsed() < MAX_POLL_GAP {
+            std::thread::sleep(Duration::from_millis(2));
             continue;
         }
-        let one = || {
-            let mut tpl = TopicPartitionList::new();
-            let _ = tpl.add_partition(&ctx.topic, partition);
-            tpl
-        };
-        match command {
-            Command::Store { offset, .. } => {
-                // A later store for the same partition overwrites the earlier one.
-                ctx.pending.lock().unwrap_or_else(|e| e.into_inner()).insert(partition, offset);
-                stores.insert(partition, offset);
-            }
-            Command::Pause { .. } => {
-                if let Err(e) = consumer.pause(&one()) {
-                    tracing::warn!(partition, error = %e, "Pause failed");
+        last_poll = Instant::now();
+        // One blocking poll, then whatever is already fetched.
+        let mut wait = Duration::from_millis(50);
+        let mut taken = 0;
+        while taken < POLL_BATCH {
+            match consumer.poll(wait) {
+                Some(Ok(m)) => {
+                    let record = Record {
+                        topic: ctx.topic.clone(),
+                        partition: m.partition(),
+                        offset: m.offset(),
+                        key: m.key().map(<[u8]>::to_vec),
+                        payload: m.payload().map(<[u8]>::to_vec),
+                        timestamp_ms: m.timestamp().to_millis(),
+                    };
+                    match batches.iter_mut().find(|(p, _)| *p == record.partition) {
+                        Some((_, batch)) => batch.push(record),
+                        None => batches.push((record.partition, vec![record])),
+                    }
+                    taken += 1;
                 }
+                Some(Err(e)) => tracing::warn!(error = %e, "Consumer error"),
+                None => break,
             }
-            Command::Resume { .. } => {
-                if let Err(e) = consumer.resume(&one()) {
-                    tracing::warn!(partition, error = %e, "Resume failed");
-                }
-            }
+            wait = Duration::ZERO;
+        }
+        if !batches.is_empty() {
+            hand_out(&ctx, &mut batches);
+            // Before the next round: a partition that just reached its
+            // budget must not get another round's worth.
+            apply_pauses(&consumer);
         }
     }
-    if stores.is_empty() {
-        return;
+    shutdown(&consumer, drain);
+}
+
+/// One message per partition: its records of this poll round.
+fn hand_out<H: Handler>(ctx: &Ctx<H>, batches: &mut Vec<(i32, Vec<Record>)>) {
+    let workers = ctx.lock_workers();
+    let mut flow = ctx.flow.lock().unwrap_or_else(|e| e.into_inner());
+    for (partition, records) in batches.drain(..) {
+        let (first, n) = (records.first().map_or(-1, |r| r.offset), records.len() as u64);
+        let sent = workers.get(&partition).map(|h| h.tx.send(WorkerMsg::Records(records)));
+        if matches!(sent, Some(Ok(()))) {
+            flow.entry(partition).or_default().handed += n;
+        } else {
+            // Not committed, so they will be consumed again by the partition's owner.
+            tracing::warn!(partition, offset = first, "Records for a partition without a worker");
+        }
     }
-    // Stored in librdkafka too, so its view of the position stays current.
-    let mut tpl = TopicPartitionList::new();
-    for (p, o) in stores {
-        let _ = tpl.add_partition_offset(&ctx.topic, p, Offset::Offset(o));
-    }
-    if let Err(e) = consumer.store_offsets(&tpl) {
-        // librdkafka refuses stores for partitions no longer assigned.
-        tracing::debug!(error = %e, "Offset store refused");
+}
+
+/// Records handed to workers and not finished yet, over every partition.
+fn in_flight<H: Handler>(ctx: &Ctx<H>) -> u64 {
+    let workers = ctx.lock_workers();
+    let flow = ctx.flow.lock().unwrap_or_else(|e| e.into_inner());
+    workers.iter().map(|(p, h)| flow.get(p).map_or(0, |f| f.handed.saturating_sub(h.slot.finished()))).sum()
+}
+
+/// Pauses and resumes partitions: one whose worker holds its budget of
+/// records (handed out and not finished) pauses until it is down to the
+/// resume fraction, and one whose worker asks (bytes, a stalled record)
+/// pauses until it stops asking. Current epochs' slots only.
+fn apply_pauses<H: Handler>(consumer: &BaseConsumer<Ctx<H>>) {
+    let ctx = consumer.context();
+    let budget = ctx.shared.budget;
+    let low = (budget.max_records as f64 * budget.resume_fraction) as u64;
+    let workers = ctx.lock_workers();
+    let mut flow = ctx.flow.lock().unwrap_or_else(|e| e.into_inner());
+    for (&partition, handle) in workers.iter() {
+        let f = flow.entry(partition).or_default();
+        let in_flight = f.handed.saturating_sub(handle.slot.finished());
+        let over = if f.paused { in_flight > low } else { in_flight >= budget.max_records as u64 };
+        let wants = over || handle.slot.wants_pause();
+        if f.paused == wants {
+            continue;
+        }
+        let mut tpl = TopicPartitionList::new();
+        let _ = tpl.add_partition(&ctx.topic, partition);
+        let result = if wants { consumer.pause(&tpl) } else { consumer.resume(&tpl) };
+        match result {
+            Ok(()) => f.paused = wants,
+            Err(e) => tracing::warn!(partition, pause = wants, error = %e, "Pause or resume failed"),
+        }
+        ctx.metrics.paused.with_label_values(&[&partition.to_string()]).set(i64::from(f.paused));
     }
 }
 
@@ -446,10 +456,13 @@ fn apply_commands<H: Handler>(consumer: &BaseConsumer<Ctx<H>>, commands: &std::s
 fn commit_pending<H: Handler>(consumer: &BaseConsumer<Ctx<H>>, all: bool) {
     let ctx = consumer.context();
     let moved: Vec<(i32, i64)> = {
-        let pending = ctx.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let workers = ctx.lock_workers();
         let mut sent = ctx.sent.lock().unwrap_or_else(|e| e.into_inner());
-        let moved: Vec<(i32, i64)> =
-            pending.iter().filter(|(p, o)| all || sent.get(p) != Some(o)).map(|(p, o)| (*p, *o)).collect();
+        let moved: Vec<(i32, i64)> = workers
+            .iter()
+            .filter_map(|(p, h)| Some((*p, h.slot.position()?)))
+            .filter(|(p, o)| all || sent.get(p) != Some(o))
+            .collect();
         sent.extend(moved.iter().copied());
         moved
     };
@@ -474,28 +487,36 @@ fn commit_pending<H: Handler>(consumer: &BaseConsumer<Ctx<H>>, all: bool) {
     }
 }
 
-/// Stop intake, drain every partition, commit, leave the group.
-fn shutdown<H: Handler>(
-    consumer: &BaseConsumer<Ctx<H>>,
-    commands: &std::sync::mpsc::Receiver<Command>,
-    drain: Duration,
-) {
+/// Stop intake, then leave the group: the revoke that leaving brings
+/// drains every partition and commits inside the group's own protocol (the
+/// rebalance callback), where the generation is the current one: a commit
+/// made beside a rebalance in progress would be refused (IllegalGeneration)
+/// and the drained work done again by the next owner. Only if the group
+/// does not answer in time are the rest drained and committed here.
+fn shutdown<H: Handler>(consumer: &BaseConsumer<Ctx<H>>, drain: Duration) {
     let ctx = consumer.context();
     if let Ok(assignment) = consumer.assignment()
         && assignment.count() > 0
     {
         let _ = consumer.pause(&assignment);
     }
-    let partitions: Vec<i32> = ctx.lock_actors().keys().copied().collect();
-    tracing::info!(partitions = partitions.len(), "Draining before shutdown");
-    apply_commands(consumer, commands);
-    let drained = ctx.drain(&partitions, drain);
-    // Every completed record awaited its own acknowledgements; the flush
-    // only bounds what a handler may have sent without awaiting.
+    let partitions = ctx.lock_workers().len();
+    tracing::info!(partitions, "Leaving the group: draining and committing on the revoke");
+    consumer.unsubscribe();
+    let deadline = Instant::now() + drain + Duration::from_secs(2);
+    while !ctx.lock_workers().is_empty() && Instant::now() < deadline {
+        // Serves the revoke; a record of a paused partition would not come,
+        // and one that did is not handed out (its next owner gets it).
+        let _ = consumer.poll(Duration::from_millis(100));
+    }
+    let left: Vec<i32> = ctx.lock_workers().keys().copied().collect();
+    if !left.is_empty() {
+        tracing::warn!(partitions = ?left, "No revoke from the group in time; draining and committing directly");
+        let drained = ctx.drain(&left, drain);
+        ctx.commit_drained(consumer, &drained);
+    }
     if let Err(e) = ctx.shared.kafka.flush(Duration::from_secs(5)) {
         tracing::warn!(error = %e, "Producer flush incomplete");
     }
-    ctx.commit_drained(consumer, &drained);
-    consumer.unsubscribe();
     tracing::info!("Consumer stopped");
 }

@@ -73,15 +73,62 @@ impl HandleError {
     }
 }
 
+/// How the runtime hands a workload its records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Batching {
+    /// [`Handler::handle`] per record, concurrently across keys (one record
+    /// of a key at a time): a slow record holds back only its own key.
+    PerRecord,
+    /// [`Handler::handle_batch`] with what a partition has ready: up to
+    /// `max_records` records, several of a key in offset order. A batch's
+    /// keys wait for the whole batch, so use it where a batch costs about
+    /// what one record does (one round trip to a store for all of them).
+    Batch { max_records: usize },
+}
+
 /// A workload. The runtime calls [`Handler::handle`] once per record (again
-/// after a transient failure), never concurrently for two records of the
-/// same key, and completes the record's offset only once `handle` returned
-/// `Ok` and its [`Handled::publish`] records were acknowledged, or the dead
-/// letter was. So `handle` must await every other output it causes before
-/// returning (it happens before the publishes), and its effects must be
-/// idempotent.
+/// after a transient failure), or [`Handler::handle_batch`] with several
+/// records when [`Handler::batching`] asks for it; never for two records of
+/// the same key at once (a batch holds a key's records in offset order).
+/// It completes a record's offset only once its result was `Ok` and its
+/// [`Handled::publish`] records were acknowledged, or the dead letter was.
+/// So a handler must await every other output it causes before returning
+/// (it happens before the publishes), and its effects must be idempotent.
 pub trait Handler: Send + Sync + 'static {
     fn handle(&self, record: &Record) -> impl Future<Output = Result<Handled, HandleError>> + Send;
+
+    /// One result per record of `records`, in order. Records of one key
+    /// come in offset order; once one of them fails transiently, none of
+    /// the key's later records in the batch may have taken effect (the
+    /// runtime retries the key from the failed record on, whatever their
+    /// results say). The default handles them one by one with `handle`.
+    fn handle_batch<'a>(
+        &'a self,
+        records: &'a [Record],
+    ) -> impl Future<Output = Vec<Result<Handled, HandleError>>> + Send + 'a {
+        async move {
+            let mut results = Vec::with_capacity(records.len());
+            let mut failed: Vec<&[u8]> = Vec::new();
+            for record in records {
+                let key = record.key.as_deref();
+                if key.is_some_and(|k| failed.contains(&k)) {
+                    results.push(Err(HandleError::transient("handler", "an earlier record of this key failed")));
+                    continue;
+                }
+                let result = self.handle(record).await;
+                if let (Err(HandleError::Transient { .. }), Some(k)) = (&result, key) {
+                    failed.push(k);
+                }
+                results.push(result);
+            }
+            results
+        }
+    }
+
+    /// How this handler takes its records; per record unless it says so.
+    fn batching(&self) -> Batching {
+        Batching::PerRecord
+    }
 
     /// Readiness of the handler's own dependencies (e.g. Redis answers).
     fn ready(&self) -> Result<(), String> {

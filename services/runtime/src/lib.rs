@@ -2,22 +2,27 @@
 //! nothing about any particular workload.
 //!
 //! A workload implements [`Handler`]; the runtime feeds it records and owns
-//! the rest: offsets (stored only past contiguously completed records whose
-//! outputs are acknowledged), per-key lanes (same key in order, different
-//! keys concurrently), a permit per record, per-partition budgets with
-//! pause/resume, retries with backoff, dead letters, the Kafka and Redis
-//! sinks, metrics, rebalances and the shutdown drain.
+//! the rest: offsets (committed only past contiguously completed records
+//! whose outputs are acknowledged), per-key lanes (same key in order,
+//! different keys concurrently), a permit per unit of work, per-partition
+//! budgets with pause/resume, retries with backoff, dead letters, the Kafka
+//! output and a Redis writer, metrics, rebalances and the shutdown drain.
 //!
 //! # Layout
 //! - [`config`]: `RuntimeConfig`, from `SLUICE_PROCESSOR_…` variables.
-//! - [`handler`]: the `Handler` trait and how a handler reports failure.
-//! - [`consumer`]: the consumer thread: polling, rebalance callbacks,
-//!   offset stores and commits, pause/resume; the only owner of librdkafka.
-//! - [`partition`]: one actor per assigned partition: lanes, offset
-//!   tracker, budgets. Its state has one owner and an assignment epoch.
-//! - [`task`]: one record's life: permit, handler, retries, dead letter.
-//! - [`sink`]: the shared Kafka producer and the batching Redis writer.
-//! - [`metrics`]: every metric the runtime exports.
+//! - [`handler`]: the `Handler` trait (per record, or in batches) and how a
+//!   handler reports failure.
+//! - [`consumer`]: the consumer thread: polling (a batch per partition per
+//!   poll round), rebalance callbacks, commits, pause/resume; the only owner
+//!   of librdkafka's consumer.
+//! - [`worker`]: one worker per assigned partition and epoch: units of work
+//!   as futures in one task, retries, budgets, the watermark.
+//! - [`lanes`]: which of a partition's records may start (per-key order).
+//! - [`outcome`]: a unit's results as done records, dead letters and retries.
+//! - [`output`]: the shared Kafka producer, acknowledged per group.
+//! - [`slot`]: what a worker tells the consumer thread (position, pause).
+//! - [`sink`]: the batching Redis writer a workload may use.
+//! - [`health`], [`metrics`]: readiness and every metric the runtime exports.
 //! - [`run`]: wiring and the shutdown sequence.
 
 #![forbid(unsafe_code)]
@@ -25,13 +30,17 @@
 pub mod config;
 pub mod consumer;
 pub mod handler;
+pub mod health;
+mod lanes;
 pub mod metrics;
-pub mod partition;
+mod outcome;
+pub mod output;
 pub mod retry;
 pub mod run;
 pub mod sink;
-pub mod task;
+mod slot;
+mod worker;
 
 pub use config::RuntimeConfig;
-pub use handler::{HandleError, Handled, Handler, Publish, Record};
+pub use handler::{Batching, HandleError, Handled, Handler, Publish, Record};
 pub use run::{Runtime, RuntimeHandle};

@@ -12,9 +12,12 @@ use tokio::sync::Semaphore;
 use crate::config::RuntimeConfig;
 use crate::consumer;
 use crate::handler::Handler;
+use crate::health::Health;
 use crate::metrics::RuntimeMetrics;
-use crate::sink::{KafkaSink, RedisSink, SinkError};
-use crate::task::{Health, TaskShared};
+use crate::outcome::DeadLetters;
+use crate::output::KafkaSink;
+use crate::sink::{RedisSink, SinkError};
+use crate::worker::{Budget, Shared};
 
 /// Why the runtime could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -89,13 +92,20 @@ impl Runtime {
         started: impl FnOnce(RuntimeHandle),
     ) -> Result<(), RuntimeError> {
         let handler = Arc::new(handler);
-        let shared = Arc::new(TaskShared {
+        let shared = Arc::new(Shared {
             handler: handler.clone(),
             permits: Arc::new(Semaphore::new(self.config.concurrency)),
             kafka: self.kafka.clone(),
-            dlq_topic: self.config.dlq_topic.clone(),
-            group_id: self.config.group_id.clone(),
+            dead_letters: DeadLetters {
+                topic: Arc::from(self.config.dlq_topic.as_str()),
+                group: self.config.group_id.clone(),
+            },
             retry: self.config.retry,
+            budget: Budget {
+                max_records: self.config.max_in_flight_per_partition,
+                max_bytes: self.config.max_bytes_per_partition,
+                resume_fraction: self.config.resume_fraction,
+            },
             metrics: self.metrics.clone(),
             health: self.health.clone(),
         });

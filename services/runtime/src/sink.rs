@@ -1,20 +1,14 @@
-//! The runtime's outputs: a shared Kafka producer and a batching Redis
-//! writer. Handlers and the dead-letter path use both; neither ever drops a
-//! write: a failure comes back as an error for the caller to retry.
+//! The batching Redis writer a workload may use, and the sinks' error. It
+//! never drops a write: a failure comes back as an error for the caller to
+//! retry. (The Kafka output is `output`.)
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::OwnedHeaders;
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
-use rdkafka::util::Timeout;
-use rdkafka::{ClientConfig, ClientContext};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, RedisResult, Value};
-use sluice_kafka::KafkaConfig;
-use tokio::sync::{Mutex, Notify, mpsc, oneshot};
+use tokio::sync::{Mutex, mpsc, oneshot};
 
 use crate::metrics::RuntimeMetrics;
 
@@ -27,146 +21,11 @@ pub enum SinkError {
     Redis(String),
 }
 
-/// The shared producer: idempotent, `acks=all`. Each send enqueues at once
-/// (`send_result`) and the caller awaits its own acknowledgement, so many
-/// concurrent records pipeline into librdkafka's batches. When librdkafka's
-/// queue is full, a sender waits for the next acknowledgement to make room.
-#[derive(Clone)]
-pub struct KafkaSink {
-    inner: Arc<KafkaInner>,
-}
-
-struct KafkaInner {
-    producer: FutureProducer<ProducerStats>,
-    room: Notify,
-    /// `sink_duration_seconds{sink="kafka"}`, resolved once.
-    seconds: prometheus::Histogram,
-}
-
-impl std::fmt::Debug for KafkaSink {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KafkaSink").finish_non_exhaustive()
-    }
-}
-
-impl KafkaSink {
-    pub fn new(config: &KafkaConfig, metrics: RuntimeMetrics) -> Result<Self, KafkaError> {
-        let client = producer_config(config);
-        let seconds = metrics.sink_seconds.with_label_values(&["kafka"]);
-        let context = ProducerStats { metrics, requests: AtomicI64::new(0), records: AtomicI64::new(0) };
-        let producer = client.create_with_context(context)?;
-        Ok(Self { inner: Arc::new(KafkaInner { producer, room: Notify::new(), seconds }) })
-    }
-
-    /// Sends one record and waits for Kafka's acknowledgement.
-    pub async fn send(
-        &self,
-        topic: &str,
-        key: &[u8],
-        payload: &[u8],
-        headers: Option<OwnedHeaders>,
-    ) -> Result<(i32, i64), SinkError> {
-        self.enqueue(topic, key, payload, headers).await?.acknowledged().await
-    }
-
-    /// Enqueues one record (waiting only while librdkafka's queue is full)
-    /// and returns its pending acknowledgement. Records enqueued one after
-    /// the other to the same partition keep their order.
-    pub async fn enqueue(
-        &self,
-        topic: &str,
-        key: &[u8],
-        payload: &[u8],
-        headers: Option<OwnedHeaders>,
-    ) -> Result<Delivery, SinkError> {
-        let started = Instant::now();
-        let future = loop {
-            let mut record = FutureRecord::to(topic).key(key).payload(payload);
-            if let Some(h) = &headers {
-                record = record.headers(h.clone());
-            }
-            match self.inner.producer.send_result(record) {
-                Ok(future) => break future,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
-                    // Wait for an acknowledgement to free room (or a short
-                    // while, in case the freeing happened just before).
-                    let _ = tokio::time::timeout(Duration::from_millis(20), self.inner.room.notified()).await;
-                }
-                Err((e, _)) => return Err(SinkError::Kafka(e.to_string())),
-            }
-        };
-        Ok(Delivery { future, started, sink: self.inner.clone() })
-    }
-
-    /// Waits (bounded) until everything enqueued is acknowledged.
-    pub fn flush(&self, timeout: Duration) -> Result<(), SinkError> {
-        self.inner.producer.flush(Timeout::After(timeout)).map_err(|e| SinkError::Kafka(e.to_string()))
-    }
-}
-
-/// The shared producer's librdkafka configuration (public so a benchmark's
-/// bare consume-and-produce loop runs with exactly the same settings).
-pub fn producer_config(config: &KafkaConfig) -> ClientConfig {
-    let mut client = config.producer();
-    // A delivery that cannot complete within 30 s comes back as an error
-    // and is retried by the record's task; the record is never skipped.
-    client.set("message.timeout.ms", "30000");
-    // Statistics feed the batching figures (records per produce request).
-    client.set("statistics.interval.ms", "5000");
-    for (k, v) in &config.properties {
-        client.set(k, v);
-    }
-    client
-}
-
-/// A record enqueued on the shared producer, not yet acknowledged.
-#[must_use = "a delivery is only known to have landed once acknowledged"]
-pub struct Delivery {
-    future: DeliveryFuture,
-    started: Instant,
-    sink: Arc<KafkaInner>,
-}
-
-impl std::fmt::Debug for Delivery {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Delivery").field("started", &self.started).finish_non_exhaustive()
-    }
-}
-
-impl Delivery {
-    /// Waits for Kafka's acknowledgement: where the record landed.
-    pub async fn acknowledged(self) -> Result<(i32, i64), SinkError> {
-        let result = self.future.await;
-        self.sink.room.notify_waiters();
-        self.sink.seconds.observe(self.started.elapsed().as_secs_f64());
-        match result {
-            Ok(Ok(delivery)) => Ok((delivery.partition, delivery.offset)),
-            Ok(Err((e, _))) => Err(SinkError::Kafka(e.to_string())),
-            Err(_) => Err(SinkError::Kafka("producer shut down before the delivery report".into())),
-        }
-    }
-}
-
-/// The producer's context: turns librdkafka's cumulative statistics into
-/// counters of produce requests and of the records they carried.
-struct ProducerStats {
-    metrics: RuntimeMetrics,
-    requests: AtomicI64,
-    records: AtomicI64,
-}
-
-impl ClientContext for ProducerStats {
-    fn stats(&self, statistics: rdkafka::Statistics) {
-        let requests: i64 = statistics.brokers.values().filter_map(|b| b.req.get("Produce")).sum();
-        let advance = |seen: &AtomicI64, now: i64| (now - seen.swap(now, Ordering::Relaxed)).max(0) as u64;
-        self.metrics.produce_requests.inc_by(advance(&self.requests, requests));
-        self.metrics.produced_records.inc_by(advance(&self.records, statistics.txmsgs));
-    }
-}
-
+/// Commands that go out together, in order, in one round trip, and where
+/// their replies go.
 struct Op {
-    cmd: Cmd,
-    reply: oneshot::Sender<RedisResult<Value>>,
+    cmds: Vec<Cmd>,
+    reply: oneshot::Sender<RedisResult<Vec<RedisResult<Value>>>>,
 }
 
 /// Redis through a fixed, small number of connections whatever the
@@ -218,12 +77,22 @@ impl RedisSink {
 
     /// Runs one command through the next pipeline and returns its reply.
     pub async fn exec(&self, cmd: Cmd) -> Result<Value, SinkError> {
+        let reply = self.exec_all(vec![cmd]).await?.pop();
+        reply.unwrap_or_else(|| Err(SinkError::Redis("no reply".into())))
+    }
+
+    /// Runs `cmds` in order in one round trip (with other callers' commands
+    /// around them) and returns each one's reply: what a batch handler
+    /// sends for a whole batch. `Err` when the round trip itself failed.
+    pub async fn exec_all(&self, cmds: Vec<Cmd>) -> Result<Vec<Result<Value, SinkError>>, SinkError> {
         let (reply, rx) = oneshot::channel();
-        self.tx.send(Op { cmd, reply }).await.map_err(|_| SinkError::Redis("writer stopped".into()))?;
+        self.tx.send(Op { cmds, reply }).await.map_err(|_| SinkError::Redis("writer stopped".into()))?;
         match rx.await {
-            Ok(Ok(value)) => Ok(value),
+            Ok(Ok(replies)) => {
+                Ok(replies.into_iter().map(|r| r.map_err(|e| SinkError::Redis(e.to_string()))).collect())
+            }
             Ok(Err(e)) => Err(SinkError::Redis(e.to_string())),
-            Err(_) => Err(SinkError::Redis("writer dropped the command".into())),
+            Err(_) => Err(SinkError::Redis("writer dropped the commands".into())),
         }
     }
 
@@ -278,13 +147,17 @@ impl Writer {
     async fn run(self) {
         let mut conn = self.connect().await;
         loop {
-            let batch = {
+            let mut batch = {
                 let mut rx = self.rx.lock().await;
                 let Some(first) = rx.recv().await else { return };
+                let mut commands = first.cmds.len();
                 let mut batch = vec![first];
-                while batch.len() < self.max_batch {
+                while commands < self.max_batch {
                     match rx.try_recv() {
-                        Ok(op) => batch.push(op),
+                        Ok(op) => {
+                            commands += op.cmds.len();
+                            batch.push(op);
+                        }
                         Err(_) => break,
                     }
                 }
@@ -292,21 +165,26 @@ impl Writer {
             };
             let mut pipe = redis::pipe();
             pipe.ignore_errors();
-            for op in &batch {
-                pipe.add_command(op.cmd.clone());
+            let counts: Vec<usize> = batch.iter().map(|op| op.cmds.len()).collect();
+            let commands: usize = counts.iter().sum();
+            for op in &mut batch {
+                for cmd in op.cmds.drain(..) {
+                    pipe.add_command(cmd);
+                }
             }
             let started = Instant::now();
             let result: RedisResult<Vec<RedisResult<Value>>> = pipe.query_async(&mut conn).await;
             self.round_trips.inc();
-            self.batch_size.observe(batch.len() as f64);
+            self.batch_size.observe(commands as f64);
             self.seconds.observe(started.elapsed().as_secs_f64());
             match result {
                 Ok(replies) => {
                     self.healthy.store(true, Ordering::Relaxed);
-                    let mut noscript = false;
-                    for (op, reply) in batch.into_iter().zip(replies) {
-                        noscript |= matches!(&reply, Err(e) if e.code() == Some("NOSCRIPT"));
-                        let _ = op.reply.send(reply);
+                    let noscript = replies.iter().any(|r| matches!(r, Err(e) if e.code() == Some("NOSCRIPT")));
+                    let mut replies = replies.into_iter();
+                    for (op, n) in batch.into_iter().zip(counts) {
+                        let mine: Vec<RedisResult<Value>> = replies.by_ref().take(n).collect();
+                        let _ = op.reply.send(Ok(mine));
                     }
                     if noscript {
                         // Redis restarted (or was flushed): reload, the callers retry.
@@ -315,7 +193,7 @@ impl Writer {
                 }
                 Err(e) => {
                     self.healthy.store(false, Ordering::Relaxed);
-                    tracing::warn!(error = %e, commands = batch.len(), "Redis round trip failed; callers retry");
+                    tracing::warn!(error = %e, commands, "Redis round trip failed; callers retry");
                     for op in batch {
                         let _ = op.reply.send(Err(redis::RedisError::from((
                             redis::ErrorKind::Io,

@@ -147,7 +147,8 @@ async fn repairs_injected_drift_finds_none_when_clean_and_pipelines_past_a_slow_
     let mut drifted = vec![slow.clone(), pools[5].clone(), pools[11].clone()];
     corrupt(&mut conn, &prefix, &drifted).await;
     let mut found = chain.mismatches(&mut conn, &prefix).await;
-    (found.sort(), drifted.sort());
+    found.sort();
+    drifted.sort();
     assert_eq!(found, drifted, "the injected drift is visible");
 
     let mut replica = Replica::new(
