@@ -204,6 +204,9 @@ pub async fn run(options: &Options) -> Result<Figures> {
     let shape = Shape { mode, traffic: &traffic, partitioner: &partitioner, partitions };
     let profile = options.profile.as_deref();
     let open_loop = open_loop(&stack, Some(&jmx), &shape, rate, options.seconds, "open", profile).await?;
+    for failure in stack.delete_run_topics().await {
+        eprintln!("  could not delete a topic of this run: {failure}");
+    }
     Ok(Figures {
         mode,
         distinct_records: traffic.records.len(),

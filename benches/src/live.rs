@@ -63,6 +63,35 @@ impl Stack {
         format!("{}-{what}", self.run)
     }
 
+    /// Deletes every topic this run created (names start with its stem):
+    /// a stress run writes gigabytes the stack would otherwise keep for a day.
+    /// Best effort: what could not be deleted is returned.
+    pub async fn delete_run_topics(&self) -> Vec<String> {
+        use rdkafka::admin::{AdminClient, AdminOptions};
+        use rdkafka::client::DefaultClientContext;
+        let names: Vec<String> = {
+            let consumer: Result<BaseConsumer, _> = self.kafka.client().create();
+            let metadata = consumer.and_then(|c| c.fetch_metadata(None, Duration::from_secs(10)));
+            match metadata {
+                Ok(m) => m.topics().iter().map(|t| t.name().to_string()).filter(|n| n.starts_with(&self.run)).collect(),
+                Err(e) => return vec![format!("listing topics: {e}")],
+            }
+        };
+        if names.is_empty() {
+            return Vec::new();
+        }
+        let admin: AdminClient<DefaultClientContext> = match self.kafka.client().create() {
+            Ok(a) => a,
+            Err(e) => return vec![format!("admin client: {e}")],
+        };
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(60)));
+        match admin.delete_topics(&refs, &options).await {
+            Ok(results) => results.into_iter().filter_map(|r| r.err().map(|(t, e)| format!("{t}: {e}"))).collect(),
+            Err(e) => vec![format!("deleting topics: {e}")],
+        }
+    }
+
     pub async fn create_topics(&self, topics: &[(&str, i32)]) -> Result<()> {
         let specs: Vec<TopicSpec> = topics.iter().map(|(n, p)| TopicSpec::new(*n, *p)).collect();
         ensure_topics(&self.kafka, &specs, Duration::from_secs(60)).await.context("creating topics")

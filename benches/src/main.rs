@@ -105,6 +105,11 @@ enum Mode {
         /// Fail if p99 exceeds this, µs (CI smoke; catches gross regressions).
         #[arg(long)]
         max_p99_us: Option<u64>,
+        /// Kafka and full: fail if the processor drains the backlog below
+        /// this share of the fair ceiling (CI smoke: catches a return to
+        /// per-record hand-offs).
+        #[arg(long)]
+        min_over_ceiling: Option<f64>,
     },
     /// Experiment 5: a backlog drained by 1, 2 and 4 processor instances
     /// (production handler on the local broker and Redis, plus simulated IO).
@@ -277,7 +282,16 @@ fn main() -> Result<()> {
             ("stress-in-process", config, serde_json::to_value(&f)?)
         }
         Mode::Stress {
-            mode, seconds, transactions, rate, partitions, kafka_properties, profile, max_p99_us, ..
+            mode,
+            seconds,
+            transactions,
+            rate,
+            partitions,
+            kafka_properties,
+            profile,
+            max_p99_us,
+            min_over_ceiling,
+            ..
         } => {
             let mode = if mode == StressMode::Full { broker::Mode::Full } else { broker::Mode::Kafka };
             let transactions = transactions.unwrap_or(400_000);
@@ -295,6 +309,14 @@ fn main() -> Result<()> {
             tokio.shutdown_timeout(std::time::Duration::from_secs(5));
             report::print(&f);
             check_p99(f.open_loop.latency.p99_ns, max_p99_us)?;
+            if let Some(min) = min_over_ceiling
+                && f.backlog.processor_over_ceiling < min
+            {
+                anyhow::bail!(
+                    "the processor drained at {:.3} x the fair ceiling, below the smoke bound {min}",
+                    f.backlog.processor_over_ceiling
+                );
+            }
             let name = if mode == broker::Mode::Full { "stress-full" } else { "stress-kafka" };
             (name, serde_json::to_value(&options)?, serde_json::to_value(&f)?)
         }

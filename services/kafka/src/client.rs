@@ -46,6 +46,12 @@ impl KafkaConfig {
             .set("bootstrap.servers", &self.brokers)
             .set("enable.idempotence", "true")
             .set("acks", "all")
+            // 5 ms, librdkafka's default, measured against 20 ms on the
+            // processor (stress, Kafka mode, 43k records/s): 20 ms tripled the
+            // records per produce request (28 -> 85) and saved 17% of the CPU
+            // per record, but doubled p50 and quadrupled p99 on a busy machine;
+            // the processor's outputs are enqueued per batch, so at high rates
+            // requests are large anyway (235 records each while draining).
             .set("linger.ms", "5")
             .set("compression.type", "lz4")
             .set("message.timeout.ms", "120000");

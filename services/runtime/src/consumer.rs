@@ -281,6 +281,15 @@ pub fn client_config(config: &RuntimeConfig) -> ClientConfig {
         // Prefetch is bounded: the per-partition budget does the rest.
         .set("queued.max.messages.kbytes", "16384")
         .set("fetch.queue.backoff.ms", "100")
+        // A fetch waits for 256 KiB or 20 ms instead of answering every small
+        // append (librdkafka's 1 byte): measured at 43k records/s (stress,
+        // Kafka mode, results/README.md) it cut fetch requests from 910/s
+        // to 96/s, the processor's and the broker's CPU per record by 22% and
+        // 14%, and p99 from 118 ms to 32 ms (the broker's CPU no longer
+        // spent on fetches), for p50 +5 ms. At low rates a record waits at
+        // most the 20 ms.
+        .set("fetch.min.bytes", "262144")
+        .set("fetch.wait.max.ms", "20")
         // Feeds the high-watermark and lag gauges (see `ClientContext::stats`).
         .set("statistics.interval.ms", "5000");
     match config.group_protocol {
