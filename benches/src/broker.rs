@@ -21,6 +21,7 @@
 //! swaps to Kafka; `full` is the production handler on Redis and Kafka.
 //! Either way the handler is `DexHandler`, the production code.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,7 +36,7 @@ use crate::cost::{Cost, Sample};
 use crate::feeder::{FeedSpec, Feeder};
 use crate::jmx::Jmx;
 use crate::live::{
-    Bare, Fed, Instance, Measured, Partitioner, Probe, Progress, Schedule, Stack, await_assigned, await_done, balanced,
+    Bare, Fed, Instance, Measured, Partitioner, Probe, Progress, Schedule, Stack, await_assigned, await_done, by_map,
     feed,
 };
 use crate::machine;
@@ -185,15 +186,17 @@ pub async fn run(options: &Options) -> Result<Figures> {
     let (mode, partitions) = (options.mode, options.partitions);
     eprintln!("  generating {} transactions of chainsim traffic", options.transactions);
     let traffic = Arc::new(Traffic::generate(options.transactions));
-    let partitioner = balanced(&traffic, partitions);
-    let backlog = backlog(&stack, &jmx, mode, &traffic, &partitioner, partitions).await?;
+    let keys = traffic.balanced(partitions);
+    let partitioner = by_map(keys.clone(), partitions);
+    let shape = Shape { mode, traffic: &traffic, partitioner: &partitioner, keys: &keys, partitions };
+    let backlog = backlog(&stack, &jmx, &shape).await?;
 
     // Phase 2: the highest rate the processor sustains with the feeder
     // running beside it (the backlog rate had the machine to itself), then
     // the open loop at 70% of that.
     let ramp = match options.rate {
         Some(_) => Vec::new(),
-        None => ramp(&stack, mode, &traffic, &partitioner, partitions, backlog.processor_records_per_sec).await?,
+        None => ramp(&stack, &shape, backlog.processor_records_per_sec).await?,
     };
     let max_sustained = ramp
         .iter()
@@ -201,7 +204,6 @@ pub async fn run(options: &Options) -> Result<Figures> {
         .map(|t| t.rate)
         .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))));
     let rate = options.rate.unwrap_or(0.7 * max_sustained.unwrap_or(backlog.processor_records_per_sec));
-    let shape = Shape { mode, traffic: &traffic, partitioner: &partitioner, partitions };
     let profile = options.profile.as_deref();
     let open_loop = open_loop(&stack, Some(&jmx), &shape, rate, options.seconds, "open", profile).await?;
     for failure in stack.delete_run_topics().await {
@@ -219,14 +221,8 @@ pub async fn run(options: &Options) -> Result<Figures> {
 
 /// Phase 1: one backlog, drained by the bare consumer, by the fair ceiling,
 /// then by the processor, each with a group of its own, one after the other.
-async fn backlog(
-    stack: &Stack,
-    jmx: &Jmx,
-    mode: Mode,
-    traffic: &Arc<Traffic>,
-    partitioner: &Partitioner,
-    partitions: usize,
-) -> Result<Backlog> {
+async fn backlog(stack: &Stack, jmx: &Jmx, shape: &Shape<'_>) -> Result<Backlog> {
+    let (mode, traffic, partitioner, partitions) = (shape.mode, shape.traffic, shape.partitioner, shape.partitions);
     let n = traffic.records.len();
     let input = stack.name("backlog");
     prepare_input(stack, mode, traffic, &input, partitions).await?;
@@ -288,11 +284,13 @@ async fn backlog(
     })
 }
 
-/// What every open-loop run shares.
+/// What every phase of a run shares.
 struct Shape<'a> {
     mode: Mode,
     traffic: &'a Arc<Traffic>,
     partitioner: &'a Partitioner,
+    /// Key → partition, what `partitioner` deals (the feeder process gets it).
+    keys: &'a HashMap<String, usize>,
     partitions: usize,
 }
 
@@ -315,19 +313,11 @@ pub struct Trial {
 const TRIAL_SECONDS: f64 = 5.0;
 const SUSTAINED_P99: Duration = Duration::from_millis(250);
 
-async fn ramp(
-    stack: &Stack,
-    mode: Mode,
-    traffic: &Arc<Traffic>,
-    partitioner: &Partitioner,
-    partitions: usize,
-    backlog_rate: f64,
-) -> Result<Vec<Trial>> {
-    let shape = Shape { mode, traffic, partitioner, partitions };
+async fn ramp(stack: &Stack, shape: &Shape<'_>, backlog_rate: f64) -> Result<Vec<Trial>> {
     let mut trials: Vec<Trial> = Vec::new();
     let mut rate = (0.4 * backlog_rate).max(500.0);
     for step in 0..16 {
-        let o = open_loop(stack, None, &shape, rate, TRIAL_SECONDS, &format!("trial{step}"), None).await?;
+        let o = open_loop(stack, None, shape, rate, TRIAL_SECONDS, &format!("trial{step}"), None).await?;
         let p99_ms = o.latency.p99_ns as f64 / 1e6;
         let sustained = o.seconds <= TRIAL_SECONDS + 0.5
             && o.fed.seconds <= TRIAL_SECONDS * 1.02
@@ -378,7 +368,7 @@ async fn open_loop(
         transactions: traffic.payloads.len() as u64,
         total,
         rate,
-        partitions: traffic.balanced(partitions),
+        partitions: shape.keys.clone(),
         partition_count: partitions,
     };
     let mut feeder = tokio::task::spawn_blocking(move || Feeder::spawn(&spec)).await??;

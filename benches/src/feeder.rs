@@ -14,15 +14,14 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use sluice_kafka::KafkaConfig;
 
-use crate::live::{Fed, Partitioner, produce};
-use crate::traffic::{Traffic, partition_of};
+use crate::live::{Fed, by_map, produce};
+use crate::traffic::Traffic;
 
 /// What the child feeds.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -123,8 +122,7 @@ pub fn serve() -> Result<()> {
     input.read_line(&mut line).context("reading the feed spec")?;
     let spec: FeedSpec = serde_json::from_str(&line).context("the feed spec")?;
     let traffic = Traffic::generate_prefix(spec.transactions, spec.total);
-    let (map, n) = (Arc::new(spec.partitions), spec.partition_count.max(1));
-    let partitioner: Partitioner = Arc::new(move |key| map.get(key).copied().unwrap_or_else(|| partition_of(key, n)));
+    let partitioner = by_map(spec.partitions, spec.partition_count.max(1));
     let kafka = KafkaConfig::new(spec.brokers);
     let fed = produce(&kafka, &spec.topic, &partitioner, &traffic, spec.total, || {
         println!("ready");

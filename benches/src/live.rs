@@ -424,7 +424,11 @@ pub type Partitioner = Arc<dyn Fn(&str) -> usize + Send + Sync>;
 
 /// Keys dealt evenly over `n` partitions ([`Traffic::balanced`]).
 pub fn balanced(traffic: &Traffic, n: usize) -> Partitioner {
-    let map = traffic.balanced(n);
+    by_map(traffic.balanced(n), n)
+}
+
+/// The partitions `map` gives its keys; any other key hashed over `n`.
+pub fn by_map(map: std::collections::HashMap<String, usize>, n: usize) -> Partitioner {
     Arc::new(move |key| map.get(key).copied().unwrap_or_else(|| partition_of(key, n)))
 }
 

@@ -359,13 +359,13 @@ fn poll_loop<H: Handler>(
     let mut batches: Vec<(i32, Vec<Record>)> = Vec::new();
     let mut last_poll = Instant::now();
     while !stop.load(Ordering::Acquire) {
-        apply_pauses(&consumer);
+        let ahead = apply_pauses(&consumer);
         if last_commit.elapsed() >= commit_interval {
             last_commit = Instant::now();
             commits += 1;
             commit_pending(&consumer, commits.is_multiple_of(10));
         }
-        if in_flight(&ctx) >= MAX_AHEAD && last_poll.elapsed() < MAX_POLL_GAP {
+        if ahead >= MAX_AHEAD && last_poll.elapsed() < MAX_POLL_GAP {
             std::thread::sleep(Duration::from_millis(2));
             continue;
         }
@@ -399,7 +399,7 @@ fn poll_loop<H: Handler>(
             hand_out(&ctx, &mut batches);
             // Before the next round: a partition that just reached its
             // budget must not get another round's worth.
-            apply_pauses(&consumer);
+            let _ = apply_pauses(&consumer);
         }
     }
     shutdown(&consumer, drain);
@@ -421,26 +421,22 @@ fn hand_out<H: Handler>(ctx: &Ctx<H>, batches: &mut Vec<(i32, Vec<Record>)>) {
     }
 }
 
-/// Records handed to workers and not finished yet, over every partition.
-fn in_flight<H: Handler>(ctx: &Ctx<H>) -> u64 {
-    let workers = ctx.lock_workers();
-    let flow = ctx.flow.lock().unwrap_or_else(|e| e.into_inner());
-    workers.iter().map(|(p, h)| flow.get(p).map_or(0, |f| f.handed.saturating_sub(h.slot.finished()))).sum()
-}
-
 /// Pauses and resumes partitions: one whose worker holds its budget of
 /// records (handed out and not finished) pauses until it is down to the
 /// resume fraction, and one whose worker asks (bytes, a stalled record)
-/// pauses until it stops asking. Current epochs' slots only.
-fn apply_pauses<H: Handler>(consumer: &BaseConsumer<Ctx<H>>) {
+/// pauses until it stops asking. Current epochs' slots only. Returns the
+/// records handed out and not finished yet, over every partition.
+fn apply_pauses<H: Handler>(consumer: &BaseConsumer<Ctx<H>>) -> u64 {
     let ctx = consumer.context();
     let budget = ctx.shared.budget;
     let low = (budget.max_records as f64 * budget.resume_fraction) as u64;
     let workers = ctx.lock_workers();
     let mut flow = ctx.flow.lock().unwrap_or_else(|e| e.into_inner());
+    let mut ahead = 0;
     for (&partition, handle) in workers.iter() {
         let f = flow.entry(partition).or_default();
         let in_flight = f.handed.saturating_sub(handle.slot.finished());
+        ahead += in_flight;
         let over = if f.paused { in_flight > low } else { in_flight >= budget.max_records as u64 };
         let wants = over || handle.slot.wants_pause();
         if f.paused == wants {
@@ -455,6 +451,7 @@ fn apply_pauses<H: Handler>(consumer: &BaseConsumer<Ctx<H>>) {
         }
         ctx.metrics.paused.with_label_values(&[&partition.to_string()]).set(i64::from(f.paused));
     }
+    ahead
 }
 
 /// Commits, asynchronously, every position that moved since the last

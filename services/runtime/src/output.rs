@@ -62,10 +62,13 @@ impl Group {
         std::mem::take(&mut *self.failed.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    fn settle_one(&self) {
-        if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+    /// One output is through; the last one tells the owner (and says so).
+    fn settle_one(&self) -> bool {
+        let last = self.remaining.fetch_sub(1, Ordering::AcqRel) == 1;
+        if last {
             let _ = self.done.send(self.id);
         }
+        last
     }
 }
 
@@ -112,7 +115,7 @@ impl KafkaSink {
         for out in outputs {
             if let Err(e) = self.try_enqueue(out, group) {
                 group.failed.lock().unwrap_or_else(|e| e.into_inner()).push((out.clone(), e.to_string()));
-                group.settle_one();
+                let _ = group.settle_one();
             }
         }
     }
@@ -194,9 +197,8 @@ impl ProducerContext for Deliveries {
             };
             group.failed.lock().unwrap_or_else(|e| e.into_inner()).push((out, e.to_string()));
         }
-        if group.remaining.load(Ordering::Acquire) == 1 {
+        if group.settle_one() {
             self.seconds.observe(group.started.elapsed().as_secs_f64());
         }
-        group.settle_one();
     }
 }

@@ -127,8 +127,8 @@ pub(crate) struct Worker<H> {
     next_group: u64,
     /// Failed attempts by the offset of the first record of a failing run.
     attempts: HashMap<i64, u32>,
-    stalled: usize,
-    stalled_offsets: Vec<i64>,
+    /// Offsets past the retry cap (each counted in health and metrics).
+    stalled: Vec<i64>,
     paused: bool,
     spare: Option<OwnedSemaphorePermit>,
     published: Option<i64>,
@@ -166,8 +166,7 @@ impl<H: Handler> Worker<H> {
             awaiting: HashMap::new(),
             next_group: 0,
             attempts: HashMap::new(),
-            stalled: 0,
-            stalled_offsets: Vec::new(),
+            stalled: Vec::new(),
             paused: false,
             spare: None,
             published: None,
@@ -315,9 +314,9 @@ impl<H: Handler> Worker<H> {
         let m = &self.shared.metrics;
         let _ = m.in_flight.remove_label_values(&[label]);
         let _ = m.paused.remove_label_values(&[label]);
-        self.shared.health.stalled.fetch_sub(self.stalled, Ordering::Relaxed);
-        m.stalled.sub(self.stalled as i64);
-        self.stalled = 0;
+        self.shared.health.stalled.fetch_sub(self.stalled.len(), Ordering::Relaxed);
+        m.stalled.sub(self.stalled.len() as i64);
+        self.stalled.clear();
     }
 
     fn receive(&mut self, records: Vec<Record>) {
@@ -507,8 +506,7 @@ impl<H: Handler> Worker<H> {
     fn failed_attempt(&mut self, offset: i64, attempts: u32, dependency: &'static str, error: &str) {
         self.shared.metrics.retries.with_label_values(&[dependency]).inc();
         if attempts == self.shared.retry.attempts_before_stall {
-            self.stalled += 1;
-            self.stalled_offsets.push(offset);
+            self.stalled.push(offset);
             self.shared.health.stalled.fetch_add(1, Ordering::Relaxed);
             self.shared.metrics.stalled.inc();
             tracing::error!(
@@ -527,9 +525,8 @@ impl<H: Handler> Worker<H> {
     /// The record at `offset` got through: undo its stall, if any.
     fn unstall(&mut self, offset: i64) {
         self.attempts.remove(&offset);
-        if let Some(i) = self.stalled_offsets.iter().position(|o| *o == offset) {
-            self.stalled_offsets.swap_remove(i);
-            self.stalled -= 1;
+        if let Some(i) = self.stalled.iter().position(|o| *o == offset) {
+            self.stalled.swap_remove(i);
             self.shared.health.stalled.fetch_sub(1, Ordering::Relaxed);
             self.shared.metrics.stalled.dec();
             self.check_budget();
@@ -577,7 +574,7 @@ impl<H: Handler> Worker<H> {
         let low_records = (b.max_records as f64 * b.resume_fraction) as usize;
         let low_bytes = (b.max_bytes as f64 * b.resume_fraction) as usize;
         let low = self.bytes <= low_bytes && self.tracker.window_len() <= low_records * WINDOW_FACTOR;
-        let paused = if self.stalled > 0 || over {
+        let paused = if !self.stalled.is_empty() || over {
             true
         } else if low {
             false
