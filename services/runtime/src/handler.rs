@@ -106,23 +106,7 @@ pub trait Handler: Send + Sync + 'static {
         &'a self,
         records: &'a [Record],
     ) -> impl Future<Output = Vec<Result<Handled, HandleError>>> + Send + 'a {
-        async move {
-            let mut results = Vec::with_capacity(records.len());
-            let mut failed: Vec<&[u8]> = Vec::new();
-            for record in records {
-                let key = record.key.as_deref();
-                if key.is_some_and(|k| failed.contains(&k)) {
-                    results.push(Err(HandleError::transient("handler", "an earlier record of this key failed")));
-                    continue;
-                }
-                let result = self.handle(record).await;
-                if let (Err(HandleError::Transient { .. }), Some(k)) = (&result, key) {
-                    failed.push(k);
-                }
-                results.push(result);
-            }
-            results
-        }
+        in_key_order(records, |record| self.handle(record))
     }
 
     /// How this handler takes its records; per record unless it says so.
@@ -133,5 +117,62 @@ pub trait Handler: Send + Sync + 'static {
     /// Readiness of the handler's own dependencies (e.g. Redis answers).
     fn ready(&self) -> Result<(), String> {
         Ok(())
+    }
+}
+
+/// Handles `records` one by one, in order, with `handle`. Once a record of a
+/// key fails transiently, the key's later records are not handled (they
+/// fail transiently too), so none of them takes effect before it.
+pub(crate) async fn in_key_order<'a, F, Fut>(records: &'a [Record], mut handle: F) -> Vec<Result<Handled, HandleError>>
+where
+    F: FnMut(&'a Record) -> Fut,
+    Fut: Future<Output = Result<Handled, HandleError>>,
+{
+    let mut results = Vec::with_capacity(records.len());
+    let mut failed: Vec<&[u8]> = Vec::new();
+    for record in records {
+        let key = record.key.as_deref();
+        if key.is_some_and(|k| failed.contains(&k)) {
+            results.push(Err(HandleError::transient("handler", "an earlier record of this key failed")));
+            continue;
+        }
+        let result = handle(record).await;
+        if let (Err(HandleError::Transient { .. }), Some(k)) = (&result, key) {
+            failed.push(k);
+        }
+        results.push(result);
+    }
+    results
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(offset: i64, key: &str) -> Record {
+        Record {
+            topic: Arc::from("t"),
+            partition: 0,
+            offset,
+            key: Some(key.as_bytes().to_vec()),
+            payload: None,
+            timestamp_ms: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_key_is_not_handled_further_the_others_are() {
+        let records = [record(0, "a"), record(1, "b"), record(2, "a"), record(3, "b")];
+        let mut handled = Vec::new();
+        let results = in_key_order(&records, |r| {
+            handled.push(r.offset);
+            let result =
+                if r.offset == 0 { Err(HandleError::transient("redis", "down")) } else { Ok(Handled::ok(None)) };
+            async move { result }
+        })
+        .await;
+        assert_eq!(handled, [0, 1, 3], "record 2 (key a, after a's failure) must not be handled");
+        let transient: Vec<bool> = results.iter().map(|r| matches!(r, Err(HandleError::Transient { .. }))).collect();
+        assert_eq!(transient, [true, false, true, false]);
     }
 }

@@ -29,7 +29,7 @@ use sluice_core::clock::now_ms;
 use sluice_core::offsets::OffsetTracker;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
-use crate::handler::{Batching, HandleError, Handled, Handler, Record};
+use crate::handler::{Batching, HandleError, Handled, Handler, Record, in_key_order};
 use crate::health::Health;
 use crate::lanes::{Lanes, Ordered};
 use crate::metrics::RuntimeMetrics;
@@ -613,19 +613,18 @@ async fn run_unit<H: Handler>(
 }
 
 async fn one_by_one<H: Handler>(handler: &H, records: &[Record]) -> Vec<Result<Handled, HandleError>> {
-    let mut results = Vec::with_capacity(records.len());
-    for record in records {
+    in_key_order(records, |record| async move {
         let result = std::panic::AssertUnwindSafe(handler.handle(record)).catch_unwind().await;
-        results.push(result.unwrap_or_else(|panic| {
+        result.unwrap_or_else(|panic| {
             let message = panic
                 .downcast_ref::<&str>()
                 .map(|s| (*s).to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "handler panicked".to_string());
             Err(HandleError::Invalid { kind: "handler_panic", message })
-        }));
-    }
-    results
+        })
+    })
+    .await
 }
 
 async fn sleep_until(deadline: Option<Instant>) {
