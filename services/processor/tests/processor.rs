@@ -89,16 +89,22 @@ async fn redis_stopped_under_load_pauses_and_loses_nothing() {
     let a = s.spawn("a");
     let b = s.spawn("b");
     s.wait_committed(TRANSACTIONS, 0.25, Duration::from_secs(300)).await;
+    // Records finished but not yet committed at the stop commit within one
+    // commit interval (1 s): measure what one interval commits at this load.
+    let (a_second_before, _) = tokio::task::block_in_place(|| s.progress());
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let (before_stop, _) = tokio::task::block_in_place(|| s.progress());
+    let one_interval = before_stop - a_second_before;
     redis.stop();
     // What may still commit after the stop: records whose Redis effects
     // finished before it and whose swaps Kafka acknowledges later (a key's
     // records do not wait for each other's acknowledgements, so up to what
-    // the runtime has handed out can be in that state: its intake bound of
-    // 8,192 records plus one poll round of 2,048). Nothing may commit past a
-    // record whose effect was not applied, so the commits advance by at most
-    // that, then stop.
-    let budget = 8_192 + 2_048;
+    // a processor has handed out can be in that state: the runtime's intake
+    // bound of 8,192 records plus one poll round of 2,048, for each of the
+    // two processors), and what was finished but not yet committed (one
+    // commit interval's worth). Nothing may commit past a record whose effect
+    // was not applied, so the commits advance by at most that, then stop.
+    let budget = 2 * (8_192 + 2_048) + one_interval;
     let stopped = std::time::Instant::now();
     let mut settled = tokio::task::block_in_place(|| s.progress()).0;
     let mut unchanged = 0;

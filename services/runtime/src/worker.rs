@@ -185,6 +185,12 @@ impl<H: Handler> Worker<H> {
         loop {
             if draining.is_none() || self.batching == Batching::PerRecord {
                 self.dispatch();
+            } else {
+                // A batch handler's drain retries nothing: a retry that got
+                // through while another key's still waited would leave done
+                // records above the watermark, published again by the next
+                // owner, which instead runs the failed records itself.
+                self.backoffs.clear();
             }
             self.publish_position();
             in_flight.set(self.tracker.incomplete() as i64);
@@ -351,7 +357,8 @@ impl<H: Handler> Worker<H> {
     /// stopping short would leave later records of some keys done above
     /// the watermark, to be processed again by the next owner. Batch
     /// handlers take records in offset order, so what is done lies below
-    /// what is not started: the running unit (and any retry) is enough.
+    /// what is not started: the running unit and its acknowledgements are
+    /// enough (its retries are left to the next owner).
     fn drained(&self) -> bool {
         match self.batching {
             Batching::PerRecord => self.tracker.incomplete() == 0,
