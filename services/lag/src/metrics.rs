@@ -172,7 +172,7 @@ impl Metrics {
             velocity: f("sluice_lag_velocity", "Lag growth, records per second (produce minus consume).", &GTP),
             drain: f(
                 "sluice_lag_drain_seconds",
-                "Seconds to consume the lag at the current rates (absent: not draining).",
+                "Seconds to consume the lag at the current rates (absent: not draining; a lag consumed within one poll: lag / consume rate).",
                 &GTP,
             ),
             group_drain: f(

@@ -32,13 +32,20 @@ impl Rates {
     }
 
     /// Seconds until `lag` is consumed at these rates; `None`: never (not
-    /// draining, or the rates are unknown).
-    pub fn drain_seconds(&self, lag: i64) -> Option<f64> {
-        let net = self.consume? - self.produce;
+    /// draining, or the rates are unknown). A group that keeps pace carries a
+    /// small standing lag (what it has read but not yet committed), and its
+    /// net rate is noise around 0: a lag it consumes within `resolution_s`
+    /// (one poll, below which this poller cannot see) counts as caught up and
+    /// drains in lag ÷ consume, rather than reading "never".
+    pub fn drain_seconds(&self, lag: i64, resolution_s: f64) -> Option<f64> {
+        let consume = self.consume?;
+        let net = consume - self.produce;
         if lag == 0 {
             Some(0.0)
         } else if net > 0.0 {
             Some(lag as f64 / net)
+        } else if consume > 0.0 && lag as f64 <= consume * resolution_s {
+            Some(lag as f64 / consume)
         } else {
             None
         }
@@ -156,10 +163,15 @@ mod tests {
         let r = h.rates(60_000).expect("rates");
         assert_eq!((r.produce, r.consume), (100.0, Some(150.0)));
         assert_eq!(r.velocity(), Some(-50.0));
-        assert_eq!(r.drain_seconds(500), Some(10.0));
+        assert_eq!(r.drain_seconds(500, 1.0), Some(10.0));
         let falling_behind = Rates { produce: 200.0, consume: Some(150.0) };
-        assert_eq!(falling_behind.drain_seconds(500), None, "never drains");
-        assert_eq!(falling_behind.drain_seconds(0), Some(0.0), "nothing to drain");
+        assert_eq!(falling_behind.drain_seconds(500, 1.0), None, "never drains");
+        assert_eq!(falling_behind.drain_seconds(0, 1.0), Some(0.0), "nothing to drain");
+        let keeping_pace = Rates { produce: 150.0, consume: Some(150.0) };
+        assert_eq!(keeping_pace.drain_seconds(75, 1.0), Some(0.5), "a standing lag within one poll is caught up");
+        assert_eq!(keeping_pace.drain_seconds(151, 1.0), None, "more than a poll's worth is a backlog that never drains");
+        let stopped = Rates { produce: 0.0, consume: Some(0.0) };
+        assert_eq!(stopped.drain_seconds(1, 1.0), None, "nothing consumed: never");
         assert!(history(&[(0, 1, Some(0))]).rates(60_000).is_none(), "one sample says nothing");
     }
 
