@@ -5,9 +5,13 @@
 //! Records are chainsim traffic, generated once and encoded as they travel
 //! in Kafka, then replayed for the whole duration (the pool states are reset
 //! at each replay so applies stay real writes). Workers own disjoint key
-//! sets, as partitions do, and handle their records one at a time in order;
-//! every record's latency goes into a histogram (closed loop: no arrival
-//! schedule, so no coordinated omission to correct).
+//! sets, as partitions do, and hand the handler their records in order the
+//! way the runtime does: each batch received (its records copied out of the
+//! stored bytes, as the consumer copies them out of librdkafka's buffers, so
+//! the handler reads them warm, as it does in the processor), then `handle_batch` with up to the handler's batch size
+//! (`Batching::Batch`), or one record at a time. Every record's latency (its
+//! batch's) goes into a histogram (closed loop: no arrival schedule, so no
+//! coordinated omission to correct).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -16,7 +20,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use sluice_dex::outputs::InMemory;
 use sluice_dex::{DexConfig, DexHandler};
-use sluice_runtime::{Handler, Record};
+use sluice_runtime::{Batching, Handler, Record};
 use sluice_service::env::EnvReader;
 
 use crate::machine;
@@ -27,6 +31,8 @@ use crate::traffic::{Traffic, partition_of};
 pub struct Figures {
     pub mode: &'static str,
     pub workers: usize,
+    /// Records per handler call (the handler's batch size; 1: per record).
+    pub records_per_call: usize,
     pub distinct_records: usize,
     pub records: u64,
     pub seconds: f64,
@@ -67,6 +73,12 @@ pub fn in_process(duration: Duration, workers: usize, transactions: u64) -> Figu
     let handler = Arc::new(
         DexHandler::with_outputs(config, InMemory::new(tokens), &prometheus::Registry::new()).expect("handler"),
     );
+    // Called as the runtime calls it: a batch of what a partition has
+    // ready, up to the handler's size, or one record at a time.
+    let per_call = match handler.batching() {
+        Batching::Batch { max_records } => max_records.max(1),
+        Batching::PerRecord => 1,
+    };
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
     let done = Arc::new(AtomicU64::new(0));
@@ -102,25 +114,26 @@ pub fn in_process(duration: Duration, workers: usize, transactions: u64) -> Figu
                 tokio::spawn(async move {
                     let mut h = histogram();
                     let end = started + duration;
-                    // Counted locally, shared every 256 records: a shared
-                    // counter bumped per record would measure line bouncing.
-                    let (mut records, mut reported, mut published) = (0u64, 0u64, 0u64);
+                    // Counted locally, shared once a chunk: a shared counter
+                    // bumped per record would measure line bouncing.
+                    let (mut records, mut published) = (0u64, 0u64);
                     'outer: loop {
-                        for (i, record) in lane.iter().enumerate() {
-                            if i % 256 == 0 {
-                                done.fetch_add(records - reported, Ordering::Relaxed);
-                                reported = records;
-                                if Instant::now() >= end {
-                                    break 'outer;
-                                }
+                        for chunk in lane.chunks(per_call) {
+                            if Instant::now() >= end {
+                                break 'outer;
                             }
                             let t0 = Instant::now();
+                            // Received: the consumer copies each message's key and
+                            // payload out of librdkafka's buffer into a Record.
+                            let batch = chunk.to_vec();
                             // The swaps the runtime would enqueue on the producer.
-                            if let Ok(handled) = handler.handle(record).await {
+                            for handled in handler.handle_batch(&batch).await.into_iter().flatten() {
                                 published += handled.publish.len() as u64;
                             }
-                            let _ = h.record((t0.elapsed().as_nanos() as u64).max(1));
-                            records += 1;
+                            // Each record of a batch waits for the whole batch.
+                            let _ = h.record_n((t0.elapsed().as_nanos() as u64).max(1), chunk.len() as u64);
+                            records += chunk.len() as u64;
+                            done.fetch_add(chunk.len() as u64, Ordering::Relaxed);
                         }
                         // Replay: fresh pool states keep the applies real.
                         handler.outputs().reset_pools();
@@ -146,6 +159,7 @@ pub fn in_process(duration: Duration, workers: usize, transactions: u64) -> Figu
     Figures {
         mode: "in-process",
         workers,
+        records_per_call: per_call,
         distinct_records: distinct,
         records,
         seconds,
@@ -161,8 +175,8 @@ pub fn in_process(duration: Duration, workers: usize, transactions: u64) -> Figu
 #[allow(clippy::print_stdout)]
 pub fn print(f: &Figures) {
     println!(
-        "mode stress/in-process ({} workers, {:.1} s, {} distinct records replayed)",
-        f.workers, f.seconds, f.distinct_records
+        "mode stress/in-process ({} workers, {} records per handler call, {:.1} s, {} distinct records replayed)",
+        f.workers, f.records_per_call, f.seconds, f.distinct_records
     );
     println!(
         "  throughput  {:>12.0} records/s ({} records, {} swaps published)",

@@ -14,6 +14,7 @@ use std::hash::Hash;
 use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 
 use dashmap::DashMap;
+use foldhash::fast::RandomState;
 
 /// Shards of the map: many more than cores, so two threads rarely share a
 /// shard's lock word (a read lock is still an atomic write to it).
@@ -43,7 +44,9 @@ fn my_stripe() -> usize {
 /// A bounded concurrent map with batch eviction.
 #[derive(Debug)]
 pub struct BatchEvictingCache<K: Eq + Hash, V> {
-    map: DashMap<K, V>,
+    /// Hashed with foldhash, seeded per process: keys come from chain data,
+    /// so not a fixed-seed hash, but no SipHash on every hit either.
+    map: DashMap<K, V, RandomState>,
     capacity: usize,
     /// Entries, striped per thread (a removal may count in another stripe
     /// than its insert: only the sum is meaningful).
@@ -59,7 +62,7 @@ impl<K: Eq + Hash + Clone, V: Clone> BatchEvictingCache<K, V> {
     pub fn new(capacity: usize) -> Self {
         let capacity = capacity.max(1);
         Self {
-            map: DashMap::with_capacity_and_shard_amount(capacity, SHARDS),
+            map: DashMap::with_capacity_and_hasher_and_shard_amount(capacity, RandomState::default(), SHARDS),
             capacity,
             counts: (0..STRIPES).map(|_| Stripe::default()).collect(),
             check_every: (capacity / 64).clamp(1, 64) as isize,

@@ -104,6 +104,19 @@ impl<'a> TxView<'a> {
     /// Decodes `bytes` as prost would, borrowing strings and bytes.
     pub fn decode(bytes: &'a [u8]) -> Result<Self, ViewError> {
         let mut tx = TxView::default();
+        tx.decode_into(bytes)?;
+        Ok(tx)
+    }
+
+    /// [`TxView::decode`] into `self`, reusing its vectors: a batch decodes
+    /// all its records into one view without allocating again. On an error
+    /// `self` holds a partial decode.
+    pub fn decode_into(&mut self, bytes: &'a [u8]) -> Result<(), ViewError> {
+        let tx = self;
+        (tx.slot, tx.index, tx.signature, tx.block_time_ms) = (0, 0, "", 0);
+        tx.account_keys.clear();
+        tx.instructions.clear();
+        tx.token_balances.clear();
         let mut r = Reader { buf: bytes };
         while !r.buf.is_empty() {
             let (tag, wire) = r.key()?;
@@ -118,7 +131,7 @@ impl<'a> TxView<'a> {
                 _ => r.skip(wire, tag, RECURSION_LIMIT)?,
             }
         }
-        Ok(tx)
+        Ok(())
     }
 
     /// The view of an owned transaction (tests, replay, the benchmarks).

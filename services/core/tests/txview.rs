@@ -17,7 +17,28 @@ fn agree(bytes: &[u8]) {
         (Err(_), Err(_)) => {}
         _ => panic!("verdicts differ on {bytes:?}: prost {:?}, view {:?}", owned.is_ok(), view.is_ok()),
     }
+    // Into a view that already holds another transaction: nothing of it stays.
+    let mut reused = TxView::decode(&SOME_TX).expect("a transaction");
+    let verdict = reused.decode_into(bytes);
+    assert_eq!(verdict.is_ok(), view.is_ok(), "decode_into's verdict differs on {bytes:?}");
+    if let Ok(v) = &view {
+        assert_eq!(&reused, v, "decode_into leaves a trace of the earlier view on {bytes:?}");
+    }
 }
+
+/// A transaction with every field set, to decode over.
+static SOME_TX: std::sync::LazyLock<Vec<u8>> = std::sync::LazyLock::new(|| {
+    ChainTransaction {
+        slot: 7,
+        index: 3,
+        signature: "sig".into(),
+        block_time_ms: 9,
+        account_keys: vec!["k1".into(), "k2".into()],
+        instructions: vec![Instruction { program_id_index: 1, accounts: vec![0, 1], data: vec![4], events: vec![vec![5]] }],
+        token_balances: vec![TokenBalance { account_index: 1, mint: "m".into(), pre_amount: 1, post_amount: 2 }],
+    }
+    .encode_to_vec()
+});
 
 fn text() -> impl Strategy<Value = String> {
     prop_oneof![Just(String::new()), "[1-9A-HJ-NP-Za-km-z]{32,44}", "\\PC{0,6}"]

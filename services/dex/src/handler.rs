@@ -5,7 +5,7 @@ use std::sync::Arc;
 use prost::Message;
 use sluice_core::cache::BatchEvictingCache;
 use sluice_core::chain::ChainTransaction;
-use sluice_core::dex::{Sequence, Swap, Venue};
+use sluice_core::dex::Venue;
 use sluice_core::pool::{PoolState, PoolUpdate, PriceParams};
 use sluice_core::prices::PriceBoard;
 use sluice_core::recognize::{RecognizeError, Recognized, SwapFact, recognize, recognize_view};
@@ -19,6 +19,7 @@ use crate::metrics::DexMetrics;
 use crate::outputs::{Live, Outputs};
 use crate::registry::{self, TokenInfo};
 use crate::state::{self, Apply};
+use crate::swap_wire::SwapFields;
 
 /// Recognises swaps, applies pool state to `O` (Redis in production) and
 /// hands the runtime the `Swap`s to publish.
@@ -160,14 +161,14 @@ impl<O: Outputs> DexHandler<O> {
                 base_lot_size: 0,
             }),
         };
-        let swap = Swap {
-            pool: fact.pool.to_string(),
+        let swap = SwapFields {
+            pool: fact.pool,
             venue: fact.venue as i32,
-            sequence: Some(Sequence::from(fact.seq)),
-            signature: fact.signature.to_string(),
-            trader: fact.trader.to_string(),
-            mint_in: fact.mint_in().to_string(),
-            mint_out: fact.mint_out().to_string(),
+            sequence: (fact.seq.slot, fact.seq.tx_index, fact.seq.ix_index),
+            signature: fact.signature,
+            trader: fact.trader,
+            mint_in: fact.mint_in(),
+            mint_out: fact.mint_out(),
             amount_in: fact.amount_in,
             amount_out: fact.amount_out,
             amount_in_ui,
@@ -181,7 +182,7 @@ impl<O: Outputs> DexHandler<O> {
         Ok(Prepared {
             apply: Apply { pool: fact.pool, update: PoolUpdate::from(fact), price, venue: fact.venue as i32 },
             venue: fact.venue,
-            payload: swap.encode_to_vec(),
+            payload: swap.encode(),
             board: moves_board.then_some(a.symbol),
         })
     }
@@ -285,21 +286,24 @@ impl<O: Outputs> DexHandler<O> {
         let applies: Vec<Apply<'a>> =
             waiting.iter().flat_map(|(_, r)| r.swaps.iter().map(|s| s.apply.clone())).collect();
         let replies = self.outputs.apply_all(&applies).await;
-        let mut replies = match replies {
-            Ok(replies) => replies.into_iter(),
-            Err(e) => vec![Err(e); applies.len()].into_iter(),
+        let replies: &[Result<bool, SinkError>] = match &replies {
+            Ok(replies) => replies,
+            Err(e) => &vec![Err(e.clone()); applies.len()],
         };
+        let mut at = 0;
         for (i, ready) in waiting.drain(..) {
-            let mut mine: Vec<Result<bool, SinkError>> = replies.by_ref().take(ready.swaps.len()).collect();
-            if mine.len() < ready.swaps.len() {
-                mine.push(Err(SinkError::Redis("fewer replies than applies".into())));
-            }
-            results[i] = Some(match mine.iter().find_map(|r| r.as_ref().err()) {
-                Some(e) => {
+            let mine = replies.get(at..at + ready.swaps.len());
+            at += ready.swaps.len();
+            let failure = match mine {
+                None => Some(SinkError::Redis("fewer replies than applies".into())),
+                Some(mine) => mine.iter().find_map(|r| r.as_ref().err()).cloned(),
+            };
+            results[i] = Some(match (failure, mine) {
+                (None, Some(mine)) => Ok(self.finish(ready, mine.iter().map(|r| matches!(r, Ok(true))))),
+                (e, _) => {
                     failed.extend(records[i].key.as_deref());
-                    Err(HandleError::transient("redis", e))
+                    Err(HandleError::transient("redis", e.unwrap_or_else(|| SinkError::Redis("no reply".into()))))
                 }
-                None => Ok(self.finish(ready, mine.into_iter().map(|r| r.unwrap_or(false)))),
             });
         }
     }
@@ -349,6 +353,8 @@ impl<O: Outputs> DexHandler<O> {
         let mut results: Vec<Option<Result<Handled, HandleError>>> = (0..records.len()).map(|_| None).collect();
         let mut waiting: Vec<(usize, Ready<'_>)> = Vec::new();
         let mut failed: Vec<&[u8]> = Vec::new();
+        // One view for the batch: its vectors are allocated once.
+        let mut view = TxView::default();
         for (i, record) in records.iter().enumerate() {
             let key = record.key.as_deref();
             if key.is_some_and(|k| failed.contains(&k)) {
@@ -356,8 +362,8 @@ impl<O: Outputs> DexHandler<O> {
                 continue;
             }
             let payload = record.payload.as_deref().unwrap_or_default();
-            let prepared = match (TxView::decode(payload), record_key(record)) {
-                (Ok(tx), Ok(k)) => self.prepare(recognize_view(&tx, k), tx.block_time_ms).await,
+            let prepared = match (view.decode_into(payload), record_key(record)) {
+                (Ok(()), Ok(k)) => self.prepare(recognize_view(&view, k), view.block_time_ms).await,
                 (Ok(_), Err(e)) => Err(e),
                 (Err(_), _) => {
                     self.apply_waiting(&mut waiting, &mut results, &mut failed, records).await;

@@ -25,6 +25,8 @@ pub mod metrics;
 pub mod outputs;
 pub mod registry;
 pub mod state;
+#[cfg(feature = "handler")]
+pub mod swap_wire;
 
 pub use config::DexConfig;
 #[cfg(feature = "handler")]
