@@ -150,12 +150,10 @@ pub fn start_processor(
     extra: &[(&str, String)],
     probe: Probe,
 ) -> Result<Instance> {
-    let (runtime_config, dex) = stack.processor_config(input, group, extra)?;
+    let (runtime_config, redis, dex) = stack.processor_config(input, group, extra)?;
     match mode {
         Mode::Full => Instance::start(runtime_config, |rt| {
-            let registry = &rt.metrics().registry;
-            let inner =
-                DexHandler::new(dex, rt.redis(), &rt.config().redis_url, registry).map_err(anyhow::Error::msg)?;
+            let inner = DexHandler::new(dex, &redis, rt.metrics()).map_err(anyhow::Error::msg)?;
             Ok(Measured { inner, probe })
         }),
         Mode::Kafka => Instance::start(runtime_config, |rt| {
@@ -235,7 +233,7 @@ async fn backlog(stack: &Stack, jmx: &Jmx, shape: &Shape<'_>) -> Result<Backlog>
         .map_err(|_| anyhow::anyhow!("feeder panicked"))??;
 
     eprintln!("  bare consumer draining the backlog");
-    let (bare_config, _) = stack.processor_config(&input, &stack.name("bare"), &[])?;
+    let (bare_config, _, _) = stack.processor_config(&input, &stack.name("bare"), &[])?;
     let before = Sample::start(stack, Some(jmx), None)?;
     let bare = tokio::task::spawn_blocking(move || {
         crate::live::bare_consume(&bare_config, n as u64, Duration::from_secs(600))
@@ -244,7 +242,7 @@ async fn backlog(stack: &Stack, jmx: &Jmx, shape: &Shape<'_>) -> Result<Backlog>
     let bare_consumer_cost = before.cost(&Sample::end(stack, Some(jmx), None)?, n as u64);
 
     eprintln!("  fair ceiling ({mode:?} mode) draining the backlog");
-    let (ceiling_config, _) = stack.processor_config(&input, &stack.name("ceiling"), &[])?;
+    let (ceiling_config, _, _) = stack.processor_config(&input, &stack.name("ceiling"), &[])?;
     let redis = match mode {
         Mode::Full => Some((stack.redis_url.clone(), format!("{input}:ceiling:"))),
         Mode::Kafka => None,

@@ -16,6 +16,7 @@ use sluice_dex::DexConfig;
 use sluice_kafka::topics::TopicSpec;
 use sluice_kafka::{KafkaConfig, PipelinedProducer, ensure_topics};
 use sluice_runtime::metrics::RuntimeMetrics;
+use sluice_runtime::sink::RedisConfig;
 use sluice_runtime::run::RuntimeError;
 use sluice_runtime::{Batching, HandleError, Handled, Handler, Record, Runtime, RuntimeConfig, RuntimeHandle};
 use sluice_service::env::EnvReader;
@@ -132,7 +133,7 @@ impl Stack {
         input: &str,
         group: &str,
         extra: &[(&str, String)],
-    ) -> Result<(RuntimeConfig, DexConfig)> {
+    ) -> Result<(RuntimeConfig, RedisConfig, DexConfig)> {
         // Later settings win: `extra` overrides the defaults above it.
         let vars: std::collections::BTreeMap<String, String> = [
             ("KAFKA_BROKERS", self.kafka.brokers.clone()),
@@ -154,9 +155,11 @@ impl Stack {
         .collect();
         let mut env = EnvReader::from_vars("SLUICE_PROCESSOR_", vars);
         let runtime = RuntimeConfig::read(&mut env);
+        let redis = RedisConfig::read(&mut env);
         let dex = DexConfig::read(&mut env);
         env.finish().context("benchmark processor configuration")?;
-        Ok((runtime.context("benchmark processor configuration")?, dex))
+        let context = "benchmark processor configuration";
+        Ok((runtime.context(context)?, redis.context(context)?, dex))
     }
 
     /// The input topic with `partitions`, and its swaps and dead-letter topics.
@@ -351,7 +354,7 @@ pub struct Instance {
 impl Instance {
     /// Starts the runtime with the handler `make` builds on its sinks.
     pub fn start<H: Handler>(config: RuntimeConfig, make: impl FnOnce(&Runtime) -> Result<H>) -> Result<Self> {
-        let runtime = Runtime::new(config, sluice_dex::handler::scripts()).context("starting the runtime")?;
+        let runtime = Runtime::new(config, "dex").context("starting the runtime")?;
         let handler = make(&runtime)?;
         let metrics = runtime.metrics().clone();
         let handle = Arc::new(OnceLock::new());

@@ -10,7 +10,8 @@ use sluice_core::pool::{PoolState, PoolUpdate, PriceParams};
 use sluice_core::prices::PriceBoard;
 use sluice_core::recognize::{RecognizeError, Recognized, SwapFact, recognize, recognize_view};
 use sluice_core::txview::TxView;
-use sluice_runtime::sink::RedisSink;
+use sluice_runtime::RuntimeMetrics;
+use sluice_runtime::sink::{RedisConfig, RedisSink};
 use sluice_runtime::sink::SinkError;
 use sluice_runtime::{Batching, HandleError, Handled, Handler, Publish, Record};
 
@@ -42,7 +43,7 @@ impl<O: Outputs> Drop for DexHandler<O> {
     }
 }
 
-/// Lua scripts the handler runs (the runtime loads them on every connection).
+/// Lua scripts the handler runs (its Redis sink loads them on every connection).
 pub fn scripts() -> Vec<String> {
     vec![state::APPLY_SCRIPT.to_string()]
 }
@@ -52,16 +53,13 @@ fn pow10(exp: u32) -> f64 {
 }
 
 impl DexHandler<Live> {
-    /// Builds the handler on the runtime's sinks and follows token invalidations.
-    pub fn new(
-        config: DexConfig,
-        redis: RedisSink,
-        redis_url: &str,
-        registry: &prometheus::Registry,
-    ) -> Result<Self, String> {
-        let client = redis::Client::open(redis_url).map_err(|e| format!("redis url: {e}"))?;
-        let outputs = Live::new(&config, redis);
-        let mut handler = DexHandler::with_outputs(config, outputs, registry)?;
+    /// Builds the handler on its own Redis sink (started here, with the
+    /// runtime's metrics) and follows token invalidations.
+    pub fn new(config: DexConfig, redis: &RedisConfig, metrics: &RuntimeMetrics) -> Result<Self, String> {
+        let client = redis::Client::open(redis.url.as_str()).map_err(|e| format!("redis url: {e}"))?;
+        let sink = RedisSink::start(redis, scripts(), metrics).map_err(|e| e.to_string())?;
+        let outputs = Live::new(&config, sink);
+        let mut handler = DexHandler::with_outputs(config, outputs, &metrics.registry)?;
         handler.invalidations = Some(tokio::spawn(registry::follow_invalidations(
             client,
             handler.config.redis_prefix.clone(),
@@ -417,5 +415,9 @@ impl<O: Outputs> Handler for DexHandler<O> {
     /// In batches: a batch's swaps cost one Redis round trip, like one record's.
     fn batching(&self) -> Batching {
         Batching::Batch { max_records: BATCH_RECORDS }
+    }
+
+    fn ready(&self) -> Result<(), String> {
+        self.outputs.ready()
     }
 }

@@ -36,6 +36,11 @@ pub trait Outputs: Send + Sync + 'static {
             Ok(out)
         }
     }
+
+    /// Whether the store answers (the processor's readiness).
+    fn ready(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// Production: the registry and pool state in Redis (the apply script).
@@ -59,6 +64,10 @@ impl Live {
 }
 
 impl Outputs for Live {
+    fn ready(&self) -> Result<(), String> {
+        if self.redis.healthy() { Ok(()) } else { Err("redis does not answer".into()) }
+    }
+
     async fn token(&self, mint: &str) -> Result<Option<String>, SinkError> {
         let mut cmd = redis::cmd("HGET");
         cmd.arg(registry::tokens_key(&self.prefix)).arg(mint);

@@ -8,6 +8,7 @@
 
 use anyhow::Context;
 use sluice_dex::{DexConfig, DexHandler};
+use sluice_runtime::sink::RedisConfig;
 use sluice_runtime::{Runtime, RuntimeConfig};
 use sluice_service::env::EnvReader;
 use sluice_service::{signal, telemetry};
@@ -16,11 +17,12 @@ fn main() -> anyhow::Result<()> {
     telemetry::init();
     let mut env = EnvReader::from_env("SLUICE_PROCESSOR_");
     let runtime_config = RuntimeConfig::read(&mut env);
+    let redis_config = RedisConfig::read(&mut env);
     let dex_config = DexConfig::read(&mut env);
     // A missing required setting is one of the problems `finish` reports.
-    let runtime_config = match (env.finish(), runtime_config) {
-        (Ok(()), Some(config)) => config,
-        (result, _) => {
+    let (runtime_config, redis_config) = match (env.finish(), runtime_config, redis_config) {
+        (Ok(()), Some(runtime), Some(redis)) => (runtime, redis),
+        (result, _, _) => {
             tracing::error!("{}", result.err().map_or_else(|| "invalid configuration".to_string(), |e| e.to_string()));
             std::process::exit(2);
         }
@@ -28,10 +30,8 @@ fn main() -> anyhow::Result<()> {
     let deadline = runtime_config.shutdown_deadline;
     let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
     let result = tokio.block_on(async move {
-        let runtime = Runtime::new(runtime_config, sluice_dex::handler::scripts()).context("starting sinks")?;
-        let handler =
-            DexHandler::new(dex_config, runtime.redis(), &runtime.config().redis_url, &runtime.metrics().registry)
-                .map_err(anyhow::Error::msg)?;
+        let runtime = Runtime::new(runtime_config, "dex").context("starting the runtime")?;
+        let handler = DexHandler::new(dex_config, &redis_config, runtime.metrics()).map_err(anyhow::Error::msg)?;
         runtime.run(handler, signal::shutdown(), |_| {}).await.context("processor")
     });
     // Tasks still retrying past the deadline must not hold the process.

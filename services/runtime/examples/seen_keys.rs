@@ -16,7 +16,7 @@
 //!   cargo run -p sluice-runtime --example seen_keys
 //! ```
 
-use sluice_runtime::sink::RedisSink;
+use sluice_runtime::sink::{RedisConfig, RedisSink};
 use sluice_runtime::{HandleError, Handled, Handler, Record, Runtime, RuntimeConfig};
 use sluice_service::env::EnvReader;
 
@@ -36,6 +36,11 @@ impl Handler for SeenKeys {
         self.redis.exec(cmd).await.map_err(|e| HandleError::transient("redis", e))?;
         Ok(Handled::ok(record.timestamp_ms))
     }
+
+    /// Not ready while Redis does not answer: no traffic is routed here.
+    fn ready(&self) -> Result<(), String> {
+        if self.redis.healthy() { Ok(()) } else { Err("redis does not answer".into()) }
+    }
 }
 
 #[tokio::main]
@@ -43,10 +48,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     sluice_service::telemetry::init();
     let mut env = EnvReader::from_env("SLUICE_PROCESSOR_");
     let config = RuntimeConfig::read(&mut env);
+    // This workload needs Redis, so it reads REDIS_URL; the runtime does not.
+    let redis = RedisConfig::read(&mut env);
     env.finish()?;
-    let config = config.ok_or("incomplete configuration")?;
-    let runtime = Runtime::new(config, Vec::new())?;
-    let handler = SeenKeys { redis: runtime.redis() };
+    let (config, redis) = config.zip(redis).ok_or("incomplete configuration")?;
+    let runtime = Runtime::new(config, "seen_keys")?;
+    let handler = SeenKeys { redis: RedisSink::start(&redis, Vec::new(), runtime.metrics())? };
     runtime.run(handler, sluice_service::signal::shutdown(), |_| {}).await?;
     Ok(())
 }

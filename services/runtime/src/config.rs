@@ -39,7 +39,6 @@ impl std::str::FromStr for GroupProtocol {
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
     pub kafka: KafkaConfig,
-    pub redis_url: String,
     pub group_id: String,
     /// Static membership (`group.instance.id`): a restart within the session
     /// timeout keeps the partitions without a rebalance.
@@ -65,10 +64,6 @@ pub struct RuntimeConfig {
     pub max_poll_interval: Duration,
     pub commit_interval: Duration,
     pub admin_listen: SocketAddr,
-    /// Redis connections the batching writer keeps, whatever the concurrency.
-    pub redis_connections: usize,
-    /// Most commands one Redis round trip carries.
-    pub redis_max_batch: usize,
 }
 
 impl RuntimeConfig {
@@ -76,10 +71,8 @@ impl RuntimeConfig {
     pub fn read(env: &mut EnvReader) -> Option<Self> {
         let brokers: Option<String> = env.required("KAFKA_BROKERS");
         let properties = env.kafka_properties();
-        let redis_url: Option<String> = env.required("REDIS_URL");
         let config = Self {
             kafka: KafkaConfig { brokers: brokers.clone().unwrap_or_default(), properties },
-            redis_url: redis_url.clone().unwrap_or_default(),
             group_id: env.or("GROUP_ID", "sluice-processor".to_string()),
             instance_id: env.optional("INSTANCE_ID"),
             group_protocol: env.or("GROUP_PROTOCOL", GroupProtocol::Classic),
@@ -100,11 +93,9 @@ impl RuntimeConfig {
             max_poll_interval: env.millis("MAX_POLL_INTERVAL_MS", Duration::from_secs(300)),
             commit_interval: env.millis("COMMIT_INTERVAL_MS", Duration::from_secs(1)),
             admin_listen: env.or("ADMIN_LISTEN", SocketAddr::from(([0, 0, 0, 0], 9090))),
-            redis_connections: env.or("REDIS_CONNECTIONS", 1),
-            redis_max_batch: env.or("REDIS_MAX_BATCH", 256),
         };
         config.check(env);
-        (brokers.is_some() && redis_url.is_some()).then_some(config)
+        brokers.is_some().then_some(config)
     }
 
     fn check(&self, env: &mut EnvReader) {
@@ -118,9 +109,6 @@ impl RuntimeConfig {
         }
         if !(0.0..1.0).contains(&self.resume_fraction) {
             problems.push(format!("{} must be in [0, 1), got {}", n("RESUME_FRACTION"), self.resume_fraction));
-        }
-        if self.redis_connections == 0 || self.redis_max_batch == 0 {
-            problems.push(format!("{} and {} must be above 0", n("REDIS_CONNECTIONS"), n("REDIS_MAX_BATCH")));
         }
         if self.retry.initial.is_zero() || self.retry.initial > self.retry.max {
             problems.push(format!("{} must be above 0 and at most {}", n("RETRY_INITIAL_MS"), n("RETRY_MAX_MS")));
@@ -170,8 +158,9 @@ mod tests {
     }
 
     #[test]
-    fn defaults_with_the_two_required_settings() {
-        let mut env = reader(&[("KAFKA_BROKERS", "k:9092"), ("REDIS_URL", "redis://r")]);
+    fn defaults_with_the_one_required_setting() {
+        // No REDIS_URL: the runtime needs no Redis (a workload that does reads `RedisConfig`).
+        let mut env = reader(&[("KAFKA_BROKERS", "k:9092")]);
         let config = RuntimeConfig::read(&mut env).expect("complete");
         env.finish().expect("no problems");
         assert_eq!(config.kafka.brokers, "k:9092");
@@ -183,15 +172,14 @@ mod tests {
     #[test]
     fn names_every_bad_setting() {
         let mut env = reader(&[
-            ("KAFKA_BROKERS", "k:9092"),
             ("DRAIN_DEADLINE_MS", "60000"),
             ("GROUP_PROTOCOL", "eager"),
             ("KAFKA_PROPERTIES", "security.protocol=SSL,broken"),
         ]);
-        assert!(RuntimeConfig::read(&mut env).is_none(), "REDIS_URL is missing");
+        assert!(RuntimeConfig::read(&mut env).is_none(), "KAFKA_BROKERS is missing");
         let text = env.finish().expect_err("problems").to_string();
         for name in [
-            "SLUICE_PROCESSOR_REDIS_URL",
+            "SLUICE_PROCESSOR_KAFKA_BROKERS",
             "SLUICE_PROCESSOR_DRAIN_DEADLINE_MS",
             "SLUICE_PROCESSOR_GROUP_PROTOCOL",
             "SLUICE_PROCESSOR_KAFKA_PROPERTIES",

@@ -43,4 +43,5 @@ mod worker;
 
 pub use config::RuntimeConfig;
 pub use handler::{Batching, HandleError, Handled, Handler, Publish, Record};
+pub use metrics::RuntimeMetrics;
 pub use run::{Runtime, RuntimeHandle};

@@ -1,7 +1,8 @@
 //! Every metric the runtime exports, registered in one place.
 //!
 //! Names follow `sluice_processor_<thing>_<unit>`; labels are low
-//! cardinality (topic, partition, outcome, kind, sink): never a key.
+//! cardinality (topic, partition, outcome, kind, sink): never a key. Every
+//! series carries `workload` and `consumergroup`, constant per process.
 
 use prometheus::{
     Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
@@ -40,9 +41,13 @@ fn name(thing: &str) -> String {
 }
 
 impl RuntimeMetrics {
-    /// Creates and registers every metric in a fresh registry.
-    pub fn new() -> Self {
-        let registry = Registry::new();
+    /// Creates and registers every metric in a fresh registry whose series
+    /// all carry `workload` and `consumergroup` (the workload's metrics too,
+    /// registered in [`RuntimeMetrics::registry`]).
+    pub fn new(workload: &str, group: &str) -> Self {
+        let labels = [("workload", workload), ("consumergroup", group)];
+        let labels = labels.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let registry = Registry::new_custom(None, Some(labels)).expect("constant label names are valid");
         macro_rules! reg {
             ($metric:expr) => {{
                 let m = $metric.expect("metric definition is valid");
@@ -150,15 +155,9 @@ impl RuntimeMetrics {
         for outcome in ["ok", "dead_lettered"] {
             metrics.messages.with_label_values(&[outcome]);
         }
-        for dependency in ["kafka", "redis", "handler"] {
+        for dependency in ["kafka", "handler"] {
             metrics.retries.with_label_values(&[dependency]);
         }
         metrics
-    }
-}
-
-impl Default for RuntimeMetrics {
-    fn default() -> Self {
-        Self::new()
     }
 }

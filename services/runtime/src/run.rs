@@ -16,7 +16,7 @@ use crate::health::Health;
 use crate::metrics::RuntimeMetrics;
 use crate::outcome::DeadLetters;
 use crate::output::KafkaSink;
-use crate::sink::{RedisSink, SinkError};
+use crate::sink::SinkError;
 use crate::worker::{Budget, Shared};
 
 /// Why the runtime could not start or stop cleanly.
@@ -41,7 +41,6 @@ pub struct Runtime {
     metrics: RuntimeMetrics,
     health: Arc<Health>,
     kafka: KafkaSink,
-    redis: RedisSink,
 }
 
 /// A handle on the running runtime, for tests and embedding.
@@ -52,19 +51,16 @@ pub struct RuntimeHandle {
 }
 
 impl Runtime {
-    /// Creates the sinks (Redis writers start connecting at once, loading
-    /// `redis_scripts`). Must run inside a tokio runtime.
-    pub fn new(config: RuntimeConfig, redis_scripts: Vec<String>) -> Result<Self, RuntimeError> {
-        let metrics = RuntimeMetrics::new();
+    /// Creates the metrics, labelled `workload` (the binary's name for what
+    /// it runs, e.g. `dex`) and `consumergroup`, so two workloads scraped in
+    /// one namespace keep their series apart, and the Kafka output. A
+    /// workload that needs Redis starts its own [`crate::sink::RedisSink`]
+    /// with [`Runtime::metrics`], and reports it in [`Handler::ready`].
+    /// Must run inside a tokio runtime.
+    pub fn new(config: RuntimeConfig, workload: &str) -> Result<Self, RuntimeError> {
+        let metrics = RuntimeMetrics::new(workload, &config.group_id);
         let kafka = KafkaSink::new(&config.kafka, metrics.clone())?;
-        let redis = RedisSink::start(
-            &config.redis_url,
-            config.redis_connections,
-            config.redis_max_batch,
-            redis_scripts,
-            metrics.clone(),
-        )?;
-        Ok(Self { config, metrics, health: Arc::new(Health::default()), kafka, redis })
+        Ok(Self { config, metrics, health: Arc::new(Health::default()), kafka })
     }
 
     pub fn metrics(&self) -> &RuntimeMetrics {
@@ -73,10 +69,6 @@ impl Runtime {
 
     pub fn kafka(&self) -> KafkaSink {
         self.kafka.clone()
-    }
-
-    pub fn redis(&self) -> RedisSink {
-        self.redis.clone()
     }
 
     pub fn config(&self) -> &RuntimeConfig {
@@ -112,8 +104,8 @@ impl Runtime {
 
         let (admin_stop, admin_stopped) = tokio::sync::oneshot::channel::<()>();
         let ready = {
-            let (health, redis, handler) = (self.health.clone(), self.redis.clone(), handler.clone());
-            Arc::new(move || readiness(&health, &redis, handler.as_ref())) as admin::ReadyCheck
+            let (health, handler) = (self.health.clone(), handler.clone());
+            Arc::new(move || readiness(&health, handler.as_ref())) as admin::ReadyCheck
         };
         let (admin_addr, admin_task) =
             admin::serve(self.config.admin_listen, "processor", self.metrics.registry.clone(), ready, async {
@@ -160,7 +152,7 @@ impl Runtime {
     }
 }
 
-fn readiness<H: Handler>(health: &Health, redis: &RedisSink, handler: &H) -> Result<(), String> {
+fn readiness<H: Handler>(health: &Health, handler: &H) -> Result<(), String> {
     if health.shutting_down.load(Ordering::Relaxed) {
         return Err("shutting down".into());
     }
@@ -170,9 +162,6 @@ fn readiness<H: Handler>(health: &Health, redis: &RedisSink, handler: &H) -> Res
     let stalled = health.stalled.load(Ordering::Relaxed);
     if stalled > 0 {
         return Err(format!("{stalled} records past the retry cap"));
-    }
-    if !redis.healthy() {
-        return Err("redis does not answer".into());
     }
     handler.ready()
 }

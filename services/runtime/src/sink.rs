@@ -10,7 +10,38 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, RedisResult, Value};
 use tokio::sync::{Mutex, mpsc, oneshot};
 
+use sluice_service::env::EnvReader;
+
 use crate::metrics::RuntimeMetrics;
+
+/// Where a workload that needs Redis finds it. The runtime itself needs
+/// none: a workload reads this only if it uses a [`RedisSink`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisConfig {
+    pub url: String,
+    /// Connections the batching writer keeps, whatever the concurrency.
+    pub connections: usize,
+    /// Most commands one round trip carries.
+    pub max_batch: usize,
+}
+
+impl RedisConfig {
+    /// Reads `REDIS_URL` (required), `REDIS_CONNECTIONS` and
+    /// `REDIS_MAX_BATCH`; problems are collected in `env`.
+    pub fn read(env: &mut EnvReader) -> Option<Self> {
+        let url: Option<String> = env.required("REDIS_URL");
+        let config = Self {
+            url: url.clone().unwrap_or_default(),
+            connections: env.or("REDIS_CONNECTIONS", 1),
+            max_batch: env.or("REDIS_MAX_BATCH", 256),
+        };
+        if config.connections == 0 || config.max_batch == 0 {
+            let (a, b) = (env.name("REDIS_CONNECTIONS"), env.name("REDIS_MAX_BATCH"));
+            env.problem(format!("{a} and {b} must be above 0"));
+        }
+        url.map(|_| config)
+    }
+}
 
 /// A write that did not land.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -47,13 +78,10 @@ impl std::fmt::Debug for RedisSink {
 impl RedisSink {
     /// Starts `connections` writers for `url`. `scripts` (Lua sources) are
     /// loaded on every (re)connection so `EVALSHA` always finds them.
-    pub fn start(
-        url: &str,
-        connections: usize,
-        max_batch: usize,
-        scripts: Vec<String>,
-        metrics: RuntimeMetrics,
-    ) -> Result<Self, SinkError> {
+    pub fn start(config: &RedisConfig, scripts: Vec<String>, metrics: &RuntimeMetrics) -> Result<Self, SinkError> {
+        let (url, connections, max_batch) = (config.url.as_str(), config.connections, config.max_batch);
+        // The series an alert reads exist from the start, at zero.
+        metrics.retries.with_label_values(&["redis"]);
         let client = redis::Client::open(url).map_err(|e| SinkError::Redis(e.to_string()))?;
         let (tx, rx) = mpsc::channel(max_batch * connections * 4);
         let rx = Arc::new(Mutex::new(rx));
@@ -207,6 +235,30 @@ impl Writer {
                     conn = self.connect().await;
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reader(pairs: &[(&str, &str)]) -> EnvReader {
+        EnvReader::from_vars("W_", pairs.iter().map(|(k, v)| (format!("W_{k}"), v.to_string())))
+    }
+
+    #[test]
+    fn redis_settings_name_what_is_missing_or_bad() {
+        let mut env = reader(&[("REDIS_URL", "redis://r:6379")]);
+        let config = RedisConfig::read(&mut env).expect("complete");
+        env.finish().expect("no problems");
+        assert_eq!(config, RedisConfig { url: "redis://r:6379".into(), connections: 1, max_batch: 256 });
+
+        let mut env = reader(&[("REDIS_CONNECTIONS", "0")]);
+        assert!(RedisConfig::read(&mut env).is_none(), "REDIS_URL is missing");
+        let text = env.finish().expect_err("problems").to_string();
+        for name in ["W_REDIS_URL", "W_REDIS_CONNECTIONS"] {
+            assert!(text.contains(name), "{name} not named in:\n{text}");
         }
     }
 }

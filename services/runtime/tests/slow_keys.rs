@@ -1,7 +1,10 @@
 //! No cohort barrier: with 1% of the keys 100× slower, the other keys'
 //! records keep flowing at their own pace and the committed offsets keep
 //! moving (the watermark waits behind a slow record; the work does not).
-//! Real broker (the test stack), the runtime with a per-record handler.
+//! Real broker (the test stack), the runtime with a per-record handler. The
+//! workload needs no Redis, so the test gives the runtime none: no
+//! `REDIS_URL`, and no Redis series among its metrics, all of which carry
+//! the workload's and the group's labels.
 
 #![allow(clippy::unwrap_used)]
 
@@ -82,7 +85,6 @@ async fn one_percent_of_keys_100x_slower_hold_back_nothing_else() {
 
     let vars = [
         ("KAFKA_BROKERS", kafka.brokers.clone()),
-        ("REDIS_URL", sluice_testkit::redis_url()),
         ("GROUP_ID", group.clone()),
         ("INPUT_TOPIC", topic.clone()),
         ("DLQ_TOPIC", format!("{topic}.dlq")),
@@ -95,10 +97,13 @@ async fn one_percent_of_keys_100x_slower_hold_back_nothing_else() {
     // 1% of the keys: keys 0 and 100 (both in partition 0).
     let slow: HashSet<Vec<u8>> = [key(0), key(100)].into_iter().collect();
     let handler = Arc::new(Paced { slow: slow.clone(), started: Instant::now(), done: Mutex::new(HashMap::new()) });
-    let runtime = Runtime::new(config, Vec::new()).unwrap();
+    let runtime = Runtime::new(config, "slow_keys").unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running =
-        tokio::spawn(runtime.run(SharedHandler(handler.clone()), async { stopped.await.unwrap_or(()) }, |_| {}));
+    let (started, admin) = tokio::sync::oneshot::channel();
+    let running = tokio::spawn(runtime.run(SharedHandler(handler.clone()), async { stopped.await.unwrap_or(()) }, |h| {
+        let _ = started.send(h.admin_addr);
+    }));
+    let admin = admin.await.unwrap();
 
     // While the slow keys are still far from done, the committed offsets
     // must have moved, and keep moving.
@@ -117,6 +122,15 @@ async fn one_percent_of_keys_100x_slower_hold_back_nothing_else() {
     while tokio::task::block_in_place(|| committed(&kafka, &group, &topic)) < total {
         assert!(Instant::now() < deadline, "not everything committed within 60 s");
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let metrics = tokio::task::block_in_place(|| sluice_service::process::http_get(admin.port(), "/metrics"));
+    let (_, metrics) = metrics.expect("the admin server answers /metrics");
+    let series: Vec<&str> = metrics.lines().filter(|l| !l.starts_with('#') && !l.is_empty()).collect();
+    let labels = [r#"workload="slow_keys""#.to_string(), format!(r#"consumergroup="{group}""#)];
+    assert!(series.iter().any(|l| l.starts_with("sluice_processor_messages_total")), "{metrics}");
+    for line in &series {
+        assert!(labels.iter().all(|l| line.contains(l.as_str())), "a series without the workload's labels: {line}");
+        assert!(!line.contains(r#""redis""#), "a Redis series from a workload without Redis: {line}");
     }
     stop.send(()).unwrap();
     running.await.unwrap().unwrap();
