@@ -11,10 +11,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use hdrhistogram::Histogram;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::{Message, Offset, TopicPartitionList};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 use sluice_dex::DexConfig;
 use sluice_kafka::topics::TopicSpec;
-use sluice_kafka::{KafkaConfig, PipelinedProducer, ensure_topics};
+use sluice_kafka::{KafkaConfig, ensure_topics};
 use sluice_runtime::metrics::RuntimeMetrics;
 use sluice_runtime::sink::RedisConfig;
 use sluice_runtime::run::RuntimeError;
@@ -471,8 +473,13 @@ pub fn feed(
     })
 }
 
-/// The feed itself, on a current-thread runtime: connects, then asks
-/// `begin` how to pace (it may wait for a start signal), then sends.
+/// The feed itself: connects, then asks `begin` how to pace (it may wait
+/// for a start signal), then sends. Cheap per record, so the rate search
+/// finds the processor's limit rather than the feeder's: the ingest's
+/// producer settings, but a `ThreadedProducer` whose delivery callback only
+/// counts (no future or allocation per record), and paced in steps: every
+/// record due by now goes out, then one sleep until the next is due (at
+/// least [`PACE_STEP`], so a step sends a few dozen records, not one).
 pub fn produce(
     kafka: &KafkaConfig,
     topic: &str,
@@ -481,37 +488,66 @@ pub fn produce(
     total: usize,
     begin: impl FnOnce() -> Result<Pace>,
 ) -> Result<Fed> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    rt.block_on(async {
-        let mut producer = PipelinedProducer::<()>::new(kafka, 50_000)?;
-        producer.warm_up(topic, Duration::from_secs(10))?;
-        let pace = begin()?;
-        if let Some((start, _)) = pace {
-            std::thread::sleep(start.saturating_duration_since(Instant::now()));
-        }
-        let started = pace.map_or_else(Instant::now, |(start, _)| start);
-        let ns_per_record = pace.map(|(_, rate)| 1e9 / rate);
-        for j in 0..total {
-            if let Some(ns) = ns_per_record {
-                let due = started + Duration::from_nanos((j as f64 * ns) as u64);
-                let now = Instant::now();
-                if due > now {
-                    std::thread::sleep(due - now);
-                }
-            }
+    let producer: ThreadedProducer<Counting> = kafka.producer().create_with_context(Counting::default())?;
+    producer.client().fetch_metadata(Some(topic), Duration::from_secs(10))?;
+    let pace = begin()?;
+    if let Some((start, _)) = pace {
+        std::thread::sleep(start.saturating_duration_since(Instant::now()));
+    }
+    let started = pace.map_or_else(Instant::now, |(start, _)| start);
+    let mut j = 0;
+    while j < total {
+        let due = match pace {
+            None => total,
+            Some((_, rate)) => ((started.elapsed().as_secs_f64() * rate) as usize + 1).min(total),
+        };
+        while j < due {
             let (key, payload) = traffic.record(j);
-            let partition = partitioner(key) as i32;
-            producer.send_to(topic, Some(partition), key.as_bytes(), payload, ()).await?;
-            if j % 1024 == 0 {
-                producer.poll_acked()?;
+            let record = BaseRecord::to(topic).key(key).payload(payload).partition(partitioner(key) as i32);
+            match producer.send(record) {
+                Ok(()) => j += 1,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err((e, _)) => bail!("feeding {topic}: {e}"),
             }
         }
-        // Until the last record was handed to the producer: a paced feed
-        // that keeps its schedule takes the schedule's length.
-        let seconds = started.elapsed().as_secs_f64();
-        producer.flush().await?;
-        Ok(Fed { records: total as u64, seconds, records_per_sec: total as f64 / seconds })
-    })
+        if let Some((_, rate)) = pace {
+            let next = started + Duration::from_secs_f64(j as f64 / rate);
+            std::thread::sleep(next.saturating_duration_since(Instant::now()).max(PACE_STEP));
+        }
+    }
+    // Until the last record was handed to the producer: a paced feed
+    // that keeps its schedule takes the schedule's length.
+    let seconds = started.elapsed().as_secs_f64();
+    producer.flush(Duration::from_secs(60))?;
+    let context = producer.context();
+    let (delivered, failed) = (context.delivered.load(Ordering::Relaxed), context.failed.load(Ordering::Relaxed));
+    if failed > 0 || delivered != total as u64 {
+        bail!("feeding {topic}: {delivered} of {total} records delivered, {failed} failed");
+    }
+    Ok(Fed { records: total as u64, seconds, records_per_sec: total as f64 / seconds })
+}
+
+/// The shortest sleep of a paced feed.
+const PACE_STEP: Duration = Duration::from_micros(500);
+
+/// Counts the feed's deliveries and failures.
+#[derive(Debug, Default)]
+struct Counting {
+    delivered: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl ClientContext for Counting {}
+
+impl ProducerContext for Counting {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        let counter = if result.is_ok() { &self.delivered } else { &self.failed };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// A bare rdkafka consume-and-commit loop: the processor's consumer
