@@ -53,6 +53,12 @@ impl KafkaConfig {
             // the processor's outputs are enqueued per batch, so at high rates
             // requests are large anyway (235 records each while draining).
             .set("linger.ms", "5")
+            // lz4 even on loopback: measured against none on the processor
+            // (stress, Kafka mode, one run each), lz4 drained faster (216k vs
+            // 178k records/s) and the broker spent less per record (1.5 vs 3.5
+            // CPU-µs while draining): a Swap batch compresses well, and the
+            // broker handles a third of the bytes. Off loopback it saves the
+            // network and the broker's disk too.
             .set("compression.type", "lz4")
             .set("message.timeout.ms", "120000");
         for (k, v) in &self.properties {
