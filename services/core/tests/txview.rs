@@ -34,7 +34,12 @@ static SOME_TX: std::sync::LazyLock<Vec<u8>> = std::sync::LazyLock::new(|| {
         signature: "sig".into(),
         block_time_ms: 9,
         account_keys: vec!["k1".into(), "k2".into()],
-        instructions: vec![Instruction { program_id_index: 1, accounts: vec![0, 1], data: vec![4], events: vec![vec![5]] }],
+        instructions: vec![Instruction {
+            program_id_index: 1,
+            accounts: vec![0, 1],
+            data: vec![4],
+            events: vec![vec![5]],
+        }],
         token_balances: vec![TokenBalance { account_index: 1, mint: "m".into(), pre_amount: 1, post_amount: 2 }],
     }
     .encode_to_vec()

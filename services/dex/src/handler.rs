@@ -11,8 +11,8 @@ use sluice_core::prices::PriceBoard;
 use sluice_core::recognize::{RecognizeError, Recognized, SwapFact, recognize, recognize_view};
 use sluice_core::txview::TxView;
 use sluice_runtime::RuntimeMetrics;
-use sluice_runtime::sink::{RedisConfig, RedisSink};
 use sluice_runtime::sink::SinkError;
+use sluice_runtime::sink::{RedisConfig, RedisSink};
 use sluice_runtime::{Batching, HandleError, Handled, Handler, Publish, Record};
 
 use crate::config::DexConfig;

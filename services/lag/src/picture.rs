@@ -241,7 +241,8 @@ impl State {
             produce_rate: rates.map(|r| r.produce),
             consume_rate: rates.and_then(|r| r.consume),
             velocity: rates.and_then(|r| r.velocity()),
-            drain_seconds: rates.and_then(|r| r.drain_seconds(lag.records().unwrap_or(0), config.poll_interval.as_secs_f64())),
+            drain_seconds: rates
+                .and_then(|r| r.drain_seconds(lag.records().unwrap_or(0), config.poll_interval.as_secs_f64())),
             retention_headroom_ms: retention_headroom_ms(record.map(|r| r.timestamp_ms), retention, now),
             ..base(verdict)
         }

@@ -100,9 +100,10 @@ async fn one_percent_of_keys_100x_slower_hold_back_nothing_else() {
     let runtime = Runtime::new(config, "slow_keys").unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let (started, admin) = tokio::sync::oneshot::channel();
-    let running = tokio::spawn(runtime.run(SharedHandler(handler.clone()), async { stopped.await.unwrap_or(()) }, |h| {
-        let _ = started.send(h.admin_addr);
-    }));
+    let running =
+        tokio::spawn(runtime.run(SharedHandler(handler.clone()), async { stopped.await.unwrap_or(()) }, |h| {
+            let _ = started.send(h.admin_addr);
+        }));
     let admin = admin.await.unwrap();
 
     // While the slow keys are still far from done, the committed offsets

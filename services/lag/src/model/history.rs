@@ -169,7 +169,11 @@ mod tests {
         assert_eq!(falling_behind.drain_seconds(0, 1.0), Some(0.0), "nothing to drain");
         let keeping_pace = Rates { produce: 150.0, consume: Some(150.0) };
         assert_eq!(keeping_pace.drain_seconds(75, 1.0), Some(0.5), "a standing lag within one poll is caught up");
-        assert_eq!(keeping_pace.drain_seconds(151, 1.0), None, "more than a poll's worth is a backlog that never drains");
+        assert_eq!(
+            keeping_pace.drain_seconds(151, 1.0),
+            None,
+            "more than a poll's worth is a backlog that never drains"
+        );
         let stopped = Rates { produce: 0.0, consume: Some(0.0) };
         assert_eq!(stopped.drain_seconds(1, 1.0), None, "nothing consumed: never");
         assert!(history(&[(0, 1, Some(0))]).rates(60_000).is_none(), "one sample says nothing");
