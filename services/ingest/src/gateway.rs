@@ -18,6 +18,7 @@ use sluice_coord::Claim;
 use sluice_coord::keeper::{self, Kept};
 use sluice_core::route::record_keys;
 use sluice_kafka::producer::Acked;
+use sluice_kafka::tail::newest_records;
 use sluice_kafka::{PipelinedProducer, ProduceError};
 use sluice_proto::chain::v1::chain_client::ChainClient;
 use sluice_proto::chain::v1::{GetHeadRequest, SubscribeRequest, subscribe_update::Update};
@@ -26,6 +27,7 @@ use tonic::transport::Channel;
 
 use crate::config::{IngestConfig, Start};
 use crate::metrics::Metrics;
+use crate::resent::{AlreadySent, Position};
 use crate::store::{Store, Written};
 use crate::tracker::{Next, SlotTracker};
 
@@ -37,8 +39,12 @@ enum End {
     Failed(String),
 }
 
-/// A record's tag: its sequence number and when it was sent.
-type Tag = (u64, Instant);
+/// What a record carries through the producer: its sequence number, when it
+/// was sent, and its place in the chain.
+type Tag = (u64, Instant, Position);
+
+/// How long reading the topic's newest records may take at a period's start.
+const TAIL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One ingest instance.
 #[derive(Debug, Clone)]
@@ -179,6 +185,26 @@ impl Gateway {
         }
     }
 
+    /// The topic's newest records, to count what this period sends again.
+    /// Unreadable (logged, `errors{operation="tail"}`): nothing is counted.
+    async fn already_sent(&self) -> AlreadySent {
+        let (kafka, topic) = (self.config.kafka.clone(), self.config.topic.clone());
+        let read = tokio::task::spawn_blocking(move || newest_records(&kafka, &topic, TAIL_TIMEOUT)).await;
+        match read {
+            Ok(Ok(tails)) => AlreadySent::from_tails(&tails),
+            Ok(Err(e)) => {
+                self.metrics.errors.with_label_values(&["tail"]).inc();
+                tracing::warn!(error = %e, "Cannot read the topic's newest records; records sent again go uncounted");
+                AlreadySent::default()
+            }
+            Err(e) => {
+                self.metrics.errors.with_label_values(&["tail"]).inc();
+                tracing::warn!(error = %e, "Reading the topic's newest records failed");
+                AlreadySent::default()
+            }
+        }
+    }
+
     async fn first_slot(&self, cursor: Option<u64>) -> Result<u64, String> {
         Ok(match (cursor, self.config.start) {
             (Some(c), _) => c + 1,
@@ -193,7 +219,7 @@ impl Gateway {
 
     /// One active period, until shutdown, a lost lease or a failure.
     async fn active(&self, claim: &Claim, mut lost: Lost, mut shutdown: watch::Receiver<bool>) -> End {
-        let (cursor, sent) = match self.store.position().await {
+        let cursor = match self.store.position().await {
             Ok(p) => p,
             Err(e) => return End::Failed(format!("reading the cursor: {e}")),
         };
@@ -201,8 +227,7 @@ impl Gateway {
             Ok(s) => s,
             Err(e) => return End::Failed(format!("reading the chain head: {e}")),
         };
-        // Slots a previous active instance sent past the cursor: sent again.
-        let resend_until = sent.filter(|s| Some(*s) > cursor);
+        let already = self.already_sent().await;
         let mut producer = match PipelinedProducer::<Tag>::new(&self.config.kafka, self.config.max_in_flight) {
             Ok(p) => p,
             Err(e) => return End::Failed(e.to_string()),
@@ -210,15 +235,14 @@ impl Gateway {
         // A chosen start (head, a slot) is recorded at once, so a takeover
         // before the first slot completes starts from the same place.
         if cursor.is_none() && first > 0 {
-            match self.store.advance(claim, first - 1, first - 1).await {
+            match self.store.advance(claim, first - 1).await {
                 Ok(Written::Moved) => {}
                 Ok(Written::Refused) => return End::LeaseLost,
                 Err(e) => return End::Failed(format!("recording the start: {e}")),
             }
         }
-        tracing::info!(first_slot = first, ?cursor, ?resend_until, "Streaming");
-        let mut session =
-            Session { tracker: SlotTracker::new(first), written: cursor, sent_written: sent, resend_until };
+        tracing::info!(first_slot = first, ?cursor, partitions_written = already.partitions(), "Streaming");
+        let mut session = Session { tracker: SlotTracker::new(first), written: cursor, already };
         let mut backoff = self.config.reconnect_min;
         let mut tick = tokio::time::interval(self.config.cursor_interval);
         loop {
@@ -319,18 +343,13 @@ impl Gateway {
                 let first = session.tracker.next_seq();
                 let mut acked = Vec::new();
                 for (i, key) in keys.iter().enumerate() {
-                    acked.extend(
-                        producer
-                            .send(&self.config.topic, key.as_bytes(), &payload, (first + i as u64, Instant::now()))
-                            .await?,
-                    );
+                    let at = Position { slot: tx.slot, index: tx.index, key: i as u32 };
+                    let tag = (first + i as u64, Instant::now(), at);
+                    acked.extend(producer.send(&self.config.topic, key.as_bytes(), &payload, tag).await?);
                 }
                 session.tracker.sent(tx.index, keys.len() as u64);
                 self.acked(session, acked);
                 self.metrics.produced_transactions.inc();
-                if session.resend_until.is_some_and(|until| tx.slot <= until) {
-                    self.metrics.resent_records.inc_by(keys.len() as u64);
-                }
                 self.metrics.in_flight.set(session.tracker.in_flight() as i64);
             }
             Some(Update::SlotEnd(end)) => return Ok(session.tracker.slot_end(end.slot, end.transaction_count)),
@@ -339,8 +358,8 @@ impl Gateway {
         Ok(Next::Send)
     }
 
-    /// At a slot's end: records how far sending got (and the cursor), so a
-    /// takeover knows which of its records are sent again.
+    /// At a slot's end: records the cursor, so a takeover resumes close
+    /// behind where this instance got.
     async fn slot_ended(&self, claim: &Claim, session: &mut Session) -> Option<End> {
         match self.write_cursor(claim, session).await {
             Ok(Written::Refused) => Some(End::LeaseLost),
@@ -354,9 +373,12 @@ impl Gateway {
     }
 
     fn acked(&self, session: &mut Session, acked: Vec<Acked<Tag>>) {
+        let mut again = 0;
         for a in &acked {
             self.metrics.delivery_latency.observe(a.tag.1.elapsed().as_secs_f64());
+            again += u64::from(session.already.contains(a.partition, a.tag.2));
         }
+        self.metrics.resent_records.inc_by(again);
         if let Some(last) = acked.last() {
             session.tracker.acked(last.tag.0);
             self.metrics.produced_records.inc_by(acked.len() as u64);
@@ -364,17 +386,15 @@ impl Gateway {
         }
     }
 
-    /// Writes the cursor and the sent slot if either moved.
+    /// Writes the cursor if it moved.
     async fn write_cursor(&self, claim: &Claim, session: &mut Session) -> redis::RedisResult<Written> {
         let Some(cursor) = session.tracker.cursor() else { return Ok(Written::Moved) };
-        let sent = session.tracker.resume_slot().saturating_sub(1).max(cursor);
-        if session.written.is_some_and(|w| w >= cursor) && session.sent_written >= Some(sent) {
+        if session.written.is_some_and(|w| w >= cursor) {
             return Ok(Written::Moved);
         }
-        let written = self.store.advance(claim, cursor, sent).await?;
+        let written = self.store.advance(claim, cursor).await?;
         if written == Written::Moved {
             session.written = Some(cursor);
-            session.sent_written = Some(sent);
             self.metrics.cursor_slot.set(cursor as i64);
             self.metrics.slots_behind.set((self.metrics.head_slot.get() - cursor as i64).max(0));
         }
@@ -401,9 +421,8 @@ impl Gateway {
 #[derive(Debug)]
 struct Session {
     tracker: SlotTracker,
-    /// The cursor and the sent slot as last written to Redis.
+    /// The cursor as last written to Redis.
     written: Option<u64>,
-    sent_written: Option<u64>,
-    /// Slots up to this one were sent by a previous active instance.
-    resend_until: Option<u64>,
+    /// What the topic held when the period started.
+    already: AlreadySent,
 }

@@ -59,7 +59,8 @@ impl Metrics {
             produced_transactions: counter("sluice_ingest_produced_transactions_total", "Chain transactions sent."),
             resent_records: counter(
                 "sluice_ingest_resent_records_total",
-                "Records sent again after a takeover or restart (duplicates downstream ignores).",
+                "Records acknowledged that the topic already held when this active period began (sent again after a \
+                 takeover, a restart or a lost cursor; the processors apply them once).",
             ),
             in_flight: gauge("sluice_ingest_in_flight_records", "Records sent and not yet acknowledged."),
             delivery_latency,

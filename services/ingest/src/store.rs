@@ -1,10 +1,10 @@
 //! The ingest's state in Redis: the active instance's lease
 //! (`<prefix>ingest:lease`, with fencing tokens from `<prefix>ingest:fence`,
 //! through `sluice-coord`) and the resume cursor (`<prefix>ingest:cursor`:
-//! the newest slot whose records Kafka has all acknowledged;
-//! `<prefix>ingest:sent`: the newest slot fully sent, to count what a
-//! takeover sends again). Cursor writes are fenced by the lease: an instance
-//! that lost it cannot move the cursor.
+//! the newest slot whose records Kafka has all acknowledged). Cursor writes
+//! are fenced by the lease: an instance that lost it cannot move the cursor.
+//! (What a takeover sends again is counted from the topic itself, not from
+//! here: see `resent`.)
 
 use redis::aio::ConnectionManager;
 use redis::{RedisResult, Script};
@@ -16,7 +16,6 @@ pub struct Keys {
     pub lease: String,
     pub fence: String,
     pub cursor: String,
-    pub sent: String,
 }
 
 impl Keys {
@@ -25,7 +24,6 @@ impl Keys {
             lease: format!("{prefix}ingest:lease"),
             fence: format!("{prefix}ingest:fence"),
             cursor: format!("{prefix}ingest:cursor"),
-            sent: format!("{prefix}ingest:sent"),
         }
     }
 }
@@ -33,13 +31,9 @@ impl Keys {
 fn cursor_script() -> String {
     format!(
         "{LEASED_FENCE_CHECK}
--- KEYS: fence, lease, cursor, sent. ARGV: token, lease value, cursor, sent
-local function raise(key, value)
-  local current = tonumber(redis.call('GET', key) or '-1')
-  if tonumber(value) > current then redis.call('SET', key, value) end
-end
-raise(KEYS[3], ARGV[3])
-raise(KEYS[4], ARGV[4])
+-- KEYS: fence, lease, cursor. ARGV: token, lease value, cursor
+local current = tonumber(redis.call('GET', KEYS[3]) or '-1')
+if tonumber(ARGV[3]) > current then redis.call('SET', KEYS[3], ARGV[3]) end
 return 1"
     )
 }
@@ -75,23 +69,21 @@ impl Store {
         self.conn.clone()
     }
 
-    /// The stored cursor and sent slot (`None` before the first).
-    pub async fn position(&self) -> RedisResult<(Option<u64>, Option<u64>)> {
-        redis::pipe().get(&self.keys.cursor).get(&self.keys.sent).query_async(&mut self.conn.clone()).await
+    /// The stored cursor (`None` before the first).
+    pub async fn position(&self) -> RedisResult<Option<u64>> {
+        redis::cmd("GET").arg(&self.keys.cursor).query_async(&mut self.conn.clone()).await
     }
 
-    /// Raises the cursor (and the sent slot), if `claim` still holds the lease.
-    pub async fn advance(&self, claim: &Claim, cursor: u64, sent: u64) -> RedisResult<Written> {
+    /// Raises the cursor, if `claim` still holds the lease.
+    pub async fn advance(&self, claim: &Claim, cursor: u64) -> RedisResult<Written> {
         let result: i64 = self
             .cursor
             .key(&self.keys.fence)
             .key(&self.keys.lease)
             .key(&self.keys.cursor)
-            .key(&self.keys.sent)
             .arg(claim.token)
             .arg(claim.value())
             .arg(cursor)
-            .arg(sent)
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(if result == 1 { Written::Moved } else { Written::Refused })

@@ -6,11 +6,14 @@
 //!   are created by the project, never by broker auto-creation).
 //! - [`producer`]: the pipelined producer: many sends in flight, delivery
 //!   futures resolved afterwards, the oldest awaited when the queue is full.
+//! - [`tail`]: the newest record of each partition, read once (what a
+//!   producer taking over finds already written).
 
 #![forbid(unsafe_code)]
 
 pub mod client;
 pub mod producer;
+pub mod tail;
 pub mod topics;
 
 pub use client::KafkaConfig;

@@ -1,0 +1,92 @@
+//! What an active period sends again: records already in the topic.
+//!
+//! At the start of an active period the ingest reads the newest record of
+//! each partition. Whoever wrote the topic before (the previous active
+//! instance, or this one before a restart) sent the chain in order, and its
+//! idempotent producer leaves no gap in a partition, so a record this period
+//! writes to a partition at or before that partition's newest position was
+//! there already: it is a duplicate, counted in
+//! `sluice_ingest_resent_records_total`. Counted at the acknowledgement,
+//! which names the partition. This holds whatever Redis remembers: after a
+//! wiped cursor sends the chain again from the start, every record the
+//! topic already held is counted.
+
+use std::collections::HashMap;
+
+use prost::Message;
+use sluice_core::route::record_keys;
+use sluice_kafka::tail::Tail;
+use sluice_proto::chain::v1::ChainTransaction;
+
+/// A record's place in the chain: its transaction, then which of the
+/// transaction's record keys (in `record_keys` order, the order it is sent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Position {
+    pub slot: u64,
+    pub index: u32,
+    pub key: u32,
+}
+
+/// The newest position in each partition when the period started.
+#[derive(Debug, Clone, Default)]
+pub struct AlreadySent {
+    newest: HashMap<i32, Position>,
+}
+
+impl AlreadySent {
+    /// From the partitions' newest records; one that is not a transaction of
+    /// this topic's shape (nothing Sluice wrote) says nothing.
+    pub fn from_tails(tails: &[Tail]) -> Self {
+        let newest = tails.iter().filter_map(|t| Some((t.partition, position_of(t)?))).collect();
+        Self { newest }
+    }
+
+    /// Whether a record at `at`, acknowledged in `partition`, was there before.
+    pub fn contains(&self, partition: i32, at: Position) -> bool {
+        self.newest.get(&partition).is_some_and(|newest| at <= *newest)
+    }
+
+    pub fn partitions(&self) -> usize {
+        self.newest.len()
+    }
+}
+
+fn position_of(tail: &Tail) -> Option<Position> {
+    let tx = ChainTransaction::decode(tail.payload.as_deref()?).ok()?;
+    let key = std::str::from_utf8(tail.key.as_deref()?).ok()?;
+    let key = record_keys(&tx).iter().position(|k| *k == key)? as u32;
+    Some(Position { slot: tx.slot, index: tx.index, key })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tail(partition: i32, tx: &ChainTransaction, key: &str) -> Tail {
+        Tail { partition, offset: 0, key: Some(key.as_bytes().to_vec()), payload: Some(tx.encode_to_vec()) }
+    }
+
+    #[test]
+    fn a_record_at_or_before_its_partitions_newest_was_there() {
+        let tx = ChainTransaction {
+            slot: 7,
+            index: 3,
+            signature: "sig".into(),
+            account_keys: vec!["program".into()],
+            ..ChainTransaction::default()
+        };
+        let keys = record_keys(&tx);
+        let newest_key = keys[0];
+        let sent = AlreadySent::from_tails(&[
+            tail(0, &tx, newest_key),
+            Tail { partition: 1, offset: 5, key: Some(b"k".to_vec()), payload: Some(b"\xff not a tx".to_vec()) },
+        ]);
+        assert_eq!(sent.partitions(), 1, "a record that is not a transaction says nothing");
+        let at = |slot, index, key| Position { slot, index, key };
+        assert!(sent.contains(0, at(7, 3, 0)), "the newest itself");
+        assert!(sent.contains(0, at(7, 2, 5)) && sent.contains(0, at(6, 9, 0)), "anything earlier");
+        assert!(!sent.contains(0, at(7, 3, 1)), "a later key of the same transaction");
+        assert!(!sent.contains(0, at(7, 4, 0)) && !sent.contains(0, at(8, 0, 0)), "anything later");
+        assert!(!sent.contains(1, at(0, 0, 0)) && !sent.contains(2, at(0, 0, 0)), "an unknown or empty partition");
+    }
+}

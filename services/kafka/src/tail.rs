@@ -1,0 +1,92 @@
+//! The newest record of each partition of a topic, read once: a producer
+//! that takes over from another compares what it sends with what is there.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::{Message, Offset, TopicPartitionList};
+
+use crate::KafkaConfig;
+
+/// A partition's newest record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tail {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub payload: Option<Vec<u8>>,
+}
+
+/// Why the tails could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum TailError {
+    #[error("reading the tails of {topic}: {source}")]
+    Kafka { topic: String, source: KafkaError },
+    #[error("reading the tails of {topic}: not done within {timeout:?}")]
+    Timeout { topic: String, timeout: Duration },
+}
+
+/// Records read back from each partition's end: enough that the newest data
+/// record is among them even behind transaction markers.
+const LOOK_BACK: i64 = 16;
+
+/// The newest record of every non-empty partition of `topic` (blocking;
+/// `timeout` bounds the whole read). No group: it assigns, reads to each
+/// partition's end and commits nothing.
+pub fn newest_records(config: &KafkaConfig, topic: &str, timeout: Duration) -> Result<Vec<Tail>, TailError> {
+    let kafka = |source| TailError::Kafka { topic: topic.to_string(), source };
+    let consumer: BaseConsumer = config
+        .client()
+        .set("group.id", "sluice-tail-reader")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .create()
+        .map_err(kafka)?;
+    let deadline = Instant::now() + timeout;
+    let metadata = consumer.fetch_metadata(Some(topic), timeout).map_err(kafka)?;
+    let partitions: Vec<i32> = metadata.topics().iter().flat_map(|t| t.partitions().iter().map(|p| p.id())).collect();
+    let mut assignment = TopicPartitionList::new();
+    let mut reading: HashMap<i32, Option<Tail>> = HashMap::new();
+    for partition in partitions {
+        let (low, high) = consumer.fetch_watermarks(topic, partition, timeout).map_err(kafka)?;
+        if high > low {
+            let from = (high - LOOK_BACK).max(low);
+            assignment.add_partition_offset(topic, partition, Offset::Offset(from)).map_err(kafka)?;
+            reading.insert(partition, None);
+        }
+    }
+    if reading.is_empty() {
+        return Ok(Vec::new());
+    }
+    consumer.assign(&assignment).map_err(kafka)?;
+    let mut done = Vec::new();
+    while !reading.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(TailError::Timeout { topic: topic.to_string(), timeout });
+        }
+        match consumer.poll(left.min(Duration::from_millis(100))) {
+            Some(Ok(m)) => {
+                if let Some(newest) = reading.get_mut(&m.partition()) {
+                    *newest = Some(Tail {
+                        partition: m.partition(),
+                        offset: m.offset(),
+                        key: m.key().map(<[u8]>::to_vec),
+                        payload: m.payload().map(<[u8]>::to_vec),
+                    });
+                }
+            }
+            Some(Err(KafkaError::PartitionEOF(partition))) => {
+                if let Some(newest) = reading.remove(&partition) {
+                    done.extend(newest);
+                }
+            }
+            Some(Err(e)) => return Err(kafka(e)),
+            None => {}
+        }
+    }
+    done.sort_by_key(|t| t.partition);
+    Ok(done)
+}
