@@ -17,7 +17,10 @@ python=$("$HERE/local/tools.sh" python)
 render() {
   local out=$1
   mkdir -p "$out/kubernetes" "$out/prometheus" "$out/grafana"
-  local template=("$helm" template sluice "$CHART" --kube-version 1.31.0)
+  # The admin token's Secret is the user's here (a random one would differ on every
+  # render): create it before applying, e.g.
+  #   kubectl create secret generic sluice-scheduler-admin --from-literal=admin-token=$(openssl rand -hex 16)
+  local template=("$helm" template sluice "$CHART" --kube-version 1.31.0 --set scheduler.adminTokenSecret=sluice-scheduler-admin)
   "${template[@]}" --set monitoring.podMonitor.enabled=false --set monitoring.prometheusRule.enabled=false \
     --set monitoring.dashboard.enabled=false >"$out/kubernetes/sluice.yaml"
   # Not scoped to one namespace: applied with kubectl -n, the rules serve whichever it is.

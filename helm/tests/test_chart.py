@@ -17,6 +17,7 @@ Usage: test_chart.py --helm PATH --promtool PATH --crds DIR [--crds DIR…] --sc
 Exits non-zero with every failed check listed.
 """
 import argparse
+import base64
 import json
 import os
 import pathlib
@@ -163,19 +164,27 @@ def runbook_checks(deployed):
               f"{alert} links its runbook ({url}), a README section with what it means, what to look at and what to do")
 
 
-def sluice_lag_binary():
-    """The workspace's debug sluice-lag (the demo smoke builds every binary first)."""
+def workspace_binary(name):
+    """The workspace's debug binary `name` (the demo smoke builds every binary first)."""
     meta = subprocess.run(["cargo", "metadata", "--locked", "--format-version", "1", "--no-deps"],
                           capture_output=True, text=True, cwd=CHART.parent.parent, check=True)
-    return pathlib.Path(json.loads(meta.stdout)["target_directory"]) / "debug" / "sluice-lag"
+    return pathlib.Path(json.loads(meta.stdout)["target_directory"]) / "debug" / name
 
 
-def run_with_chart_env(binary, deployment):
-    """Starts the binary with the container's literal env (admin on a free port, Kafka on a
+def sluice_lag_binary():
+    return workspace_binary("sluice-lag")
+
+
+LAG_LOCAL = {"SLUICE_LAG_ADMIN_LISTEN": "127.0.0.1:0", "SLUICE_LAG_BROKERS": "127.0.0.1:1"}
+
+
+def run_with_chart_env(binary, deployment, local=LAG_LOCAL, secrets=None):
+    """Starts the binary with the container's literal env, `secrets` (name → value) for the
+    Secret-backed variables, and `local` over them (admin on a free port, dependencies on a
     closed one): None if it is still running after 2 s (its configuration was accepted),
     else its stderr."""
     env = {k: e["value"] for k, e in container_env(deployment).items() if "value" in e}
-    env |= {"SLUICE_LAG_ADMIN_LISTEN": "127.0.0.1:0", "SLUICE_LAG_BROKERS": "127.0.0.1:1", "PATH": os.environ["PATH"]}
+    env |= (secrets or {}) | local | {"PATH": os.environ["PATH"]}
     proc = subprocess.Popen([str(binary)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         _, err = proc.communicate(timeout=2)
@@ -532,6 +541,50 @@ def workload_count_checks(rendered):
               f"{name}: in only {sorted(admin)}, out only {sorted(allowed)} ({sorted(ins)} / {sorted(outs)})")
 
 
+def scheduler_admin_checks(args, rendered):
+    """The scheduler's admin API is closed by default: the chart makes a random token Secret
+    when none is named (the real scheduler refuses to start without a token), takes the
+    user's Secret or an explicit insecure switch instead, and its NetworkPolicy admits the
+    admin gRPC only from pods with the documented label."""
+    on = rendered.get("defaults", [])
+    secrets = [o for o in on if o["kind"] == "Secret" and o["metadata"]["name"].endswith("-scheduler-admin")]
+    scheduler = find(on, "Deployment", "-scheduler")[0]
+    env = container_env(scheduler)
+    ref = env.get("SLUICE_SCHEDULER_ADMIN_TOKEN", {}).get("valueFrom", {}).get("secretKeyRef", {})
+    token = base64.b64decode(secrets[0]["data"]["admin-token"]).decode() if secrets else ""
+    again = [o for o in render(args) if o["kind"] == "Secret" and o["metadata"]["name"].endswith("-scheduler-admin")]
+    check(len(secrets) == 1 and ref == {"name": secrets[0]["metadata"]["name"], "key": "admin-token"}
+          and re.fullmatch(r"[A-Za-z0-9]{32}", token) and again and again[0]["data"] != secrets[0]["data"]
+          and "SLUICE_SCHEDULER_ADMIN_INSECURE" not in env,
+          "scheduler: with no Secret named, the chart makes one with a random 32-character token, which the scheduler reads")
+    mine = render(args, "--set", "scheduler.adminTokenSecret=mine")
+    mine_ref = container_env(find(mine, "Deployment", "-scheduler")[0])["SLUICE_SCHEDULER_ADMIN_TOKEN"]["valueFrom"]
+    check(mine_ref["secretKeyRef"]["name"] == "mine" and not [o for o in mine if o["kind"] == "Secret"],
+          "scheduler.adminTokenSecret: the user's Secret, and none made by the chart")
+    open_ = render(args, "--set", "scheduler.adminInsecure=true")
+    open_env = container_env(find(open_, "Deployment", "-scheduler")[0])
+    check(open_env.get("SLUICE_SCHEDULER_ADMIN_INSECURE", {}).get("value") == "true"
+          and "SLUICE_SCHEDULER_ADMIN_TOKEN" not in open_env and not [o for o in open_ if o["kind"] == "Secret"],
+          "scheduler.adminInsecure=true: an open admin API only when asked, and no token")
+    policy = next(p for p in find(on, "NetworkPolicy") if p["metadata"]["name"].endswith("-scheduler"))
+    grpc = [r for r in policy["spec"]["ingress"] if {p["port"] for p in r["ports"]} == {50061}]
+    peers = grpc[0].get("from") if grpc else None
+    check(peers == [{"podSelector": {"matchLabels": {"sluice.io/scheduler-admin": "true"}}}],
+          f"the scheduler's admin gRPC admits only pods labelled sluice.io/scheduler-admin=true ({peers})")
+    binary = workspace_binary("sluice-scheduler")
+    check(binary.exists(), f"the sluice-scheduler binary is built ({binary})")
+    if binary.exists():
+        local = {"SLUICE_SCHEDULER_REDIS_URL": "redis://127.0.0.1:1", "SLUICE_SCHEDULER_ADMIN_LISTEN": "127.0.0.1:0",
+                 "SLUICE_SCHEDULER_GRPC_LISTEN": "127.0.0.1:0", "SLUICE_SCHEDULER_INSTANCE_ID": "chart-check"}
+        accepted = run_with_chart_env(binary, scheduler, local, {"SLUICE_SCHEDULER_ADMIN_TOKEN": token})
+        check(accepted is None, f"the real scheduler starts with the chart's settings and token{': ' + accepted if accepted else ''}")
+        refused = run_with_chart_env(binary, scheduler, local) or ""
+        check(refused.startswith("exit 2") and "SLUICE_SCHEDULER_ADMIN_TOKEN is required" in refused,
+              f"without the token the real scheduler does not start, naming it ({refused[:160]})")
+        insecure = run_with_chart_env(binary, find(open_, "Deployment", "-scheduler")[0], local)
+        check(insecure is None, f"the real scheduler starts open with adminInsecure=true{': ' + insecure if insecure else ''}")
+
+
 def limit_and_schema_checks(args):
     """Settings that cannot work fail the render, naming them."""
     try:
@@ -598,6 +651,7 @@ def main():
     rendered = render_scenarios(args, crd_schemas)
     keda_checks(args, rendered)
     workload_count_checks(rendered)
+    scheduler_admin_checks(args, rendered)
     limit_and_schema_checks(args)
     kafka_security_checks(args, rendered)
     lag_checks(args, rendered)

@@ -215,3 +215,8 @@ volumes:
 {{- end }}
 {{- join "; " $groups -}}
 {{- end -}}
+
+{{/* The Secret holding the scheduler's admin token: the user's, or the one the chart creates. */}}
+{{- define "sluice.schedulerAdminSecret" -}}
+{{- .Values.scheduler.adminTokenSecret | default (printf "%s-scheduler-admin" (include "sluice.fullname" .)) -}}
+{{- end }}

@@ -92,6 +92,15 @@ struct Names {
     dlq: String,
     group: String,
     prefix: String,
+    /// The schedulers' admin token, fresh for each run.
+    admin_token: String,
+}
+
+/// 128 random bits as hex (the standard library's per-process hash keys).
+fn fresh_token() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let half = || std::collections::hash_map::RandomState::new().build_hasher().finish();
+    format!("{:016x}{:016x}", half(), half())
 }
 
 /// Everything the demo started.
@@ -239,6 +248,7 @@ impl System {
                 ("INSTANCE_ID", format!("scheduler-{i}")),
                 ("ADMIN_LISTEN", format!("127.0.0.1:{port}")),
                 ("GRPC_LISTEN", format!("127.0.0.1:{grpc}")),
+                ("ADMIN_TOKEN", self.names.admin_token.clone()),
                 ("LEASE_TTL_MS", "3000".into()),
                 ("JOB_HEARTBEAT_SCHEDULE", "*/5 * * * * *".into()),
                 ("JOB_TOKEN_REFRESH_SCHEDULE", "*/15 * * * * *".into()),
@@ -296,6 +306,7 @@ async fn main() -> anyhow::Result<()> {
         dlq: format!("{id}.chain.transactions.dlq"),
         group: format!("{id}.processor"),
         prefix: format!("{id}:"),
+        admin_token: fresh_token(),
         id: id.clone(),
     };
     // A report left by an earlier run must not pass for this one's.
@@ -422,7 +433,11 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
     let tokens_key = sluice_dex::registry::tokens_key(&names.prefix);
     wait_for("the token registry filled by the scheduler", Duration::from_secs(60), async || {
         if let Ok(mut admin) = SchedulerAdminClient::connect(format!("http://127.0.0.1:{grpc}")).await {
-            let _ = admin.trigger_now(TriggerNowRequest { job: "token-refresh".into() }).await;
+            let mut request = tonic::Request::new(TriggerNowRequest { job: "token-refresh".into() });
+            if let Ok(bearer) = format!("Bearer {}", names.admin_token).parse() {
+                request.metadata_mut().insert("authorization", bearer);
+            }
+            let _ = admin.trigger_now(request).await;
         }
         let n: u64 = redis::cmd("HLEN").arg(&tokens_key).query_async(&mut conn).await.unwrap_or(0);
         n > 0

@@ -37,6 +37,8 @@ async fn scheduler(instance: &str, prefix: &str, chain_url: &str) -> Engine {
         ("JOB_HEARTBEAT_SCHEDULE", "* * * * * *".to_string()),
         ("JOB_TOKEN_REFRESH_SCHEDULE", "*/2 * * * * *".to_string()),
         ("JOB_POOL_RECONCILE_ENABLED", "false".to_string()),
+        // The engine only: no admin API is served here.
+        ("ADMIN_INSECURE", "true".to_string()),
     ];
     let mut env = EnvReader::from_vars("S_", vars.into_iter().map(|(k, v)| (format!("S_{k}"), v)));
     let config = SchedulerConfig::read(&mut env);

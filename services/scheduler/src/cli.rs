@@ -13,7 +13,7 @@ pub struct AdminArgs {
     /// The scheduler's gRPC address.
     #[arg(long, env = "SLUICE_SCHEDULER_ADMIN_URL", default_value = "http://127.0.0.1:50061")]
     url: String,
-    /// Bearer token, if the scheduler requires one.
+    /// Bearer token: the scheduler's ADMIN_TOKEN (none only for one started with ADMIN_INSECURE).
     #[arg(long, env = "SLUICE_SCHEDULER_ADMIN_TOKEN", hide_env_values = true)]
     token: Option<String>,
     #[command(subcommand)]

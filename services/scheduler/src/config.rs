@@ -172,7 +172,8 @@ pub struct SchedulerConfig {
     pub instance_id: String,
     pub admin_listen: SocketAddr,
     pub grpc_listen: SocketAddr,
-    /// Bearer token the admin gRPC API requires (none: open). Never logged.
+    /// Bearer token the admin gRPC API (trigger, pause) requires; `None`
+    /// only when `ADMIN_INSECURE` asked for an open API. Never logged.
     pub admin_token: Option<String>,
     /// A run's lease; renewed every third of it. A replica that dies holds
     /// its job this long at most.
@@ -192,6 +193,29 @@ pub struct SchedulerConfig {
     pub reconcile_repair: bool,
 }
 
+/// Shortest admin token accepted: a guessable token is no token.
+pub const MIN_ADMIN_TOKEN_LEN: usize = 16;
+
+/// `ADMIN_TOKEN`, required: the admin API is closed by default. Only
+/// `ADMIN_INSECURE=true` (and no token) serves it open.
+fn admin_token(env: &mut EnvReader) -> Option<String> {
+    let token: Option<String> = env.optional("ADMIN_TOKEN");
+    let insecure: bool = env.or("ADMIN_INSECURE", false);
+    let (name, open) = (env.name("ADMIN_TOKEN"), env.name("ADMIN_INSECURE"));
+    match (&token, insecure) {
+        (None, false) => env.problem(format!(
+            "{name} is required: the admin gRPC API (trigger, pause) does not start without a bearer token \
+             (set {open}=true to serve it without one, on a trusted network only)"
+        )),
+        (Some(t), false) if t.len() < MIN_ADMIN_TOKEN_LEN => {
+            env.problem(format!("{name} must be at least {MIN_ADMIN_TOKEN_LEN} characters"));
+        }
+        (Some(_), true) => env.problem(format!("set {name} or {open}=true, not both")),
+        _ => {}
+    }
+    token
+}
+
 impl SchedulerConfig {
     pub fn read(env: &mut EnvReader) -> Self {
         let default_instance = sluice_service::env::default_instance_id("scheduler");
@@ -204,7 +228,7 @@ impl SchedulerConfig {
             instance_id: env.or("INSTANCE_ID", default_instance),
             admin_listen: env.or("ADMIN_LISTEN", SocketAddr::from(([0, 0, 0, 0], 9091))),
             grpc_listen: env.or("GRPC_LISTEN", SocketAddr::from(([0, 0, 0, 0], 50061))),
-            admin_token: env.optional("ADMIN_TOKEN"),
+            admin_token: admin_token(env),
             lease_ttl: env.millis("LEASE_TTL_MS", Duration::from_secs(5)),
             cancel_grace: env.millis("CANCEL_GRACE_MS", Duration::from_secs(2)),
             shutdown_deadline: env.millis("SHUTDOWN_DEADLINE_MS", Duration::from_secs(20)),
@@ -270,6 +294,24 @@ mod tests {
         );
         assert_eq!(d.claim_keep(), Duration::from_secs(60));
         assert!(e.finish().is_ok());
+    }
+
+    #[test]
+    fn the_admin_api_needs_a_token_unless_asked_to_be_open() {
+        let problems = |pairs: &[(&str, &str)]| {
+            let mut e = env(&[&[("REDIS_URL", "redis://x")], pairs].concat());
+            let config = SchedulerConfig::read(&mut e);
+            (config.admin_token, e.finish().err().map(|e| e.to_string()))
+        };
+        let (token, none) = problems(&[]);
+        let text = none.expect("no token is a problem");
+        assert!(token.is_none() && text.contains("S_ADMIN_TOKEN is required") && text.contains("S_ADMIN_INSECURE"));
+        let (_, short) = problems(&[("ADMIN_TOKEN", "short")]);
+        assert!(short.expect("a short token is a problem").contains("at least 16"));
+        let (_, both) = problems(&[("ADMIN_TOKEN", "0123456789abcdef"), ("ADMIN_INSECURE", "true")]);
+        assert!(both.expect("both is a problem").contains("not both"));
+        assert_eq!(problems(&[("ADMIN_TOKEN", "0123456789abcdef")]), (Some("0123456789abcdef".into()), None));
+        assert_eq!(problems(&[("ADMIN_INSECURE", "true")]), (None, None), "open, because asked");
     }
 
     #[test]

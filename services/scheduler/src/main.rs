@@ -84,7 +84,11 @@ async fn run() -> anyhow::Result<()> {
         admin::serve(config.grpc_listen, engine.clone(), config.admin_token.clone(), stopped())
             .await
             .with_context(|| format!("binding the gRPC port {}", config.grpc_listen))?;
-    tracing::info!(%grpc_addr, auth = config.admin_token.is_some(), "Admin gRPC serving");
+    if config.admin_token.is_some() {
+        tracing::info!(%grpc_addr, "Admin gRPC serving (bearer token required)");
+    } else {
+        tracing::warn!(%grpc_addr, "Admin gRPC serving WITHOUT a token (ADMIN_INSECURE=true): anyone who reaches it can trigger and pause jobs");
+    }
     engine.start();
     ready.store(true, Ordering::SeqCst);
 

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Replica, RunRecord, redis, start_chain_with_slow_pool, store, wait_for_run};
+use common::{ADMIN_TOKEN, Replica, RunRecord, redis, start_chain_with_slow_pool, store, wait_for_run};
 use sluice_proto::scheduler::v1::scheduler_admin_client::SchedulerAdminClient;
 use sluice_proto::scheduler::v1::{GetRunsRequest, ListJobsRequest, PauseRequest, ResumeRequest, TriggerNowRequest};
 use sluice_scheduler::model::Outcome;
@@ -35,7 +35,7 @@ async fn corrupt(redis: &mut redis::aio::MultiplexedConnection, prefix: &str, po
 /// A request carrying the admin token.
 fn with_token<T>(message: T) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
-    request.metadata_mut().insert("authorization", "Bearer test-token".parse().expect("ascii"));
+    request.metadata_mut().insert("authorization", format!("Bearer {ADMIN_TOKEN}").parse().expect("ascii"));
     request
 }
 
@@ -121,7 +121,7 @@ fn check_cli(replica: &Replica) {
             .arg("--url")
             .arg(replica.grpc_url())
             .args(args)
-            .env("SLUICE_SCHEDULER_ADMIN_TOKEN", "test-token")
+            .env("SLUICE_SCHEDULER_ADMIN_TOKEN", ADMIN_TOKEN)
             .output()
             .expect("running the admin command");
         (out.status.success(), String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr))
@@ -161,7 +161,6 @@ async fn repairs_injected_drift_finds_none_when_clean_and_pipelines_past_a_slow_
             ("JOB_POOL_RECONCILE_SCHEDULE", "0 0 0 1 1 *"),
             ("JOB_TOKEN_REFRESH_ENABLED", "false"),
             ("JOB_HEARTBEAT_ENABLED", "false"),
-            ("ADMIN_TOKEN", "test-token"),
         ],
     );
     replica.start();

@@ -39,7 +39,11 @@ async fn refresh_writes_the_registry_and_announces_changed_tokens() {
     let chain_client = sluice_scheduler::jobs::chain_client(&{
         let mut env = sluice_service::env::EnvReader::from_vars(
             "S_",
-            [("S_REDIS_URL".to_string(), "redis://x".to_string()), ("S_CHAIN_URL".to_string(), chain.url.clone())],
+            [
+                ("S_REDIS_URL".to_string(), "redis://x".to_string()),
+                ("S_CHAIN_URL".to_string(), chain.url.clone()),
+                ("S_ADMIN_TOKEN".to_string(), common::ADMIN_TOKEN.to_string()),
+            ],
         );
         sluice_scheduler::config::SchedulerConfig::read(&mut env)
     })

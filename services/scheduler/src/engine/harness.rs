@@ -115,6 +115,7 @@ impl World {
     pub fn replica(&self, name: &str, job: Arc<dyn Job>, plan: Plan) -> (Engine, Arc<Faulty>) {
         let mut vars: Vec<(String, String)> =
             vec![("S_REDIS_URL".into(), "redis://unused".into()), ("S_INSTANCE_ID".into(), name.into())];
+        vars.push(("S_ADMIN_INSECURE".into(), "true".into())); // no admin API in the harness
         vars.extend(self.env.iter().map(|(k, v)| (format!("S_{k}"), v.clone())));
         let mut env = sluice_service::env::EnvReader::from_vars("S_", vars);
         let config = SchedulerConfig::read(&mut env);

@@ -167,9 +167,13 @@ pub struct Replica {
     log: PathBuf,
 }
 
+/// The admin API's bearer token every test replica requires.
+pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+
 impl Replica {
     /// Configures (does not start) replica `name` with `env` (names without
-    /// the `SLUICE_SCHEDULER_` prefix) on top of the test stack's Redis.
+    /// the `SLUICE_SCHEDULER_` prefix) on top of the test stack's Redis,
+    /// with [`ADMIN_TOKEN`] as its admin token.
     pub fn new(name: &str, prefix: &str, env: &[(&str, &str)]) -> Self {
         let admin_port = free_port();
         let grpc_port = free_port();
@@ -179,6 +183,7 @@ impl Replica {
             ("INSTANCE_ID".into(), name.into()),
             ("ADMIN_LISTEN".into(), format!("127.0.0.1:{admin_port}")),
             ("GRPC_LISTEN".into(), format!("127.0.0.1:{grpc_port}")),
+            ("ADMIN_TOKEN".into(), ADMIN_TOKEN.into()),
         ];
         all.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let log = std::env::temp_dir().join(format!("{}-{name}.log", prefix.trim_end_matches(':')));
@@ -286,6 +291,7 @@ pub async fn engine(
         ("S_REDIS_URL".into(), sluice_testkit::redis_url()),
         ("S_REDIS_PREFIX".into(), prefix.into()),
         ("S_INSTANCE_ID".into(), instance.into()),
+        ("S_ADMIN_TOKEN".into(), ADMIN_TOKEN.into()),
     ];
     vars.extend(env.iter().map(|(k, v)| (format!("S_{k}"), v.to_string())));
     let mut reader = sluice_service::env::EnvReader::from_vars("S_", vars);
