@@ -28,6 +28,30 @@ impl std::str::FromStr for Start {
     }
 }
 
+/// What to do when Redis holds no cursor but the topic already holds
+/// records: Redis was reset or replaced (or is a new one for an old topic).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LostCursor {
+    /// Do not stream (an error, `sluice_ingest_cursor_lost` 1) until the
+    /// cursor is restored or this is set to `resend`.
+    Stop,
+    /// Send the chain again from `START`; the topic's records are counted
+    /// as sent again.
+    Resend,
+}
+
+impl std::str::FromStr for LostCursor {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "stop" => Ok(Self::Stop),
+            "resend" => Ok(Self::Resend),
+            other => Err(format!("expected stop or resend, got {other:?}")),
+        }
+    }
+}
+
 /// Everything the ingest needs.
 #[derive(Debug, Clone)]
 pub struct IngestConfig {
@@ -45,6 +69,7 @@ pub struct IngestConfig {
     /// How often the cursor is written (when it moved).
     pub cursor_interval: Duration,
     pub start: Start,
+    pub lost_cursor: LostCursor,
     /// Reconnect backoff bounds after a dropped chain stream.
     pub reconnect_min: Duration,
     pub reconnect_max: Duration,
@@ -69,6 +94,7 @@ impl IngestConfig {
             max_in_flight: env.or("MAX_IN_FLIGHT", 10_000),
             cursor_interval: env.millis("CURSOR_INTERVAL_MS", Duration::from_millis(200)),
             start: env.or("START", Start::Genesis),
+            lost_cursor: env.or("LOST_CURSOR", LostCursor::Stop),
             reconnect_min: env.millis("RECONNECT_MIN_MS", Duration::from_millis(100)),
             reconnect_max: env.millis("RECONNECT_MAX_MS", Duration::from_secs(5)),
             shutdown_deadline: env.millis("SHUTDOWN_DEADLINE_MS", Duration::from_secs(20)),
@@ -98,11 +124,25 @@ mod tests {
 
     #[test]
     fn bad_settings_are_named() {
-        let vars = [("I_KAFKA_PROPERTIES", "acks"), ("I_START", "tomorrow"), ("I_LEASE_TTL_MS", "10"), ("I_TYPO", "1")];
+        let vars = [
+            ("I_KAFKA_PROPERTIES", "acks"),
+            ("I_START", "tomorrow"),
+            ("I_LEASE_TTL_MS", "10"),
+            ("I_TYPO", "1"),
+            ("I_LOST_CURSOR", "ignore"),
+        ];
         let mut env = EnvReader::from_vars("I_", vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let _ = IngestConfig::read(&mut env);
         let text = env.finish().expect_err("problems").to_string();
-        for name in ["I_KAFKA_BROKERS", "I_REDIS_URL", "I_KAFKA_PROPERTIES", "I_START", "I_LEASE_TTL_MS", "I_TYPO"] {
+        for name in [
+            "I_KAFKA_BROKERS",
+            "I_REDIS_URL",
+            "I_KAFKA_PROPERTIES",
+            "I_START",
+            "I_LEASE_TTL_MS",
+            "I_TYPO",
+            "I_LOST_CURSOR",
+        ] {
             assert!(text.contains(name), "{name} missing from: {text}");
         }
     }
@@ -112,5 +152,6 @@ mod tests {
         assert_eq!("genesis".parse(), Ok(Start::Genesis));
         assert_eq!("head".parse(), Ok(Start::Head));
         assert_eq!("42".parse(), Ok(Start::Slot(42)));
+        assert_eq!(("stop".parse(), "resend".parse()), (Ok(LostCursor::Stop), Ok(LostCursor::Resend)));
     }
 }

@@ -25,7 +25,7 @@ use sluice_proto::chain::v1::{GetHeadRequest, SubscribeRequest, subscribe_update
 use tokio::sync::watch;
 use tonic::transport::Channel;
 
-use crate::config::{IngestConfig, Start};
+use crate::config::{IngestConfig, LostCursor, Start};
 use crate::metrics::Metrics;
 use crate::resent::{AlreadySent, Position};
 use crate::store::{Store, Written};
@@ -228,6 +228,22 @@ impl Gateway {
             Err(e) => return End::Failed(format!("reading the chain head: {e}")),
         };
         let already = self.already_sent().await;
+        if let (None, Some(newest)) = (cursor, already.newest_slot()) {
+            if self.config.lost_cursor == LostCursor::Stop {
+                self.metrics.cursor_lost.set(1);
+                return End::Failed(format!(
+                    "Redis holds no cursor ({}ingest:cursor), but {} already holds records up to slot {newest}: \
+                     Redis was reset or replaced. Not streaming. Restore the cursor, or set \
+                     SLUICE_INGEST_LOST_CURSOR=resend to send the chain again from START (counted as sent again)",
+                    self.config.redis_prefix, self.config.topic
+                ));
+            }
+            tracing::warn!(
+                newest,
+                "No cursor, but the topic holds records: sending again from START (LOST_CURSOR=resend)"
+            );
+        }
+        self.metrics.cursor_lost.set(0);
         let mut producer = match PipelinedProducer::<Tag>::new(&self.config.kafka, self.config.max_in_flight) {
             Ok(p) => p,
             Err(e) => return End::Failed(e.to_string()),

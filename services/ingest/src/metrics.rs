@@ -10,9 +10,12 @@ pub struct Metrics {
     pub active: IntGauge,
     pub produced_records: IntCounter,
     pub produced_transactions: IntCounter,
-    /// Records sent again after a takeover or a restart (duplicates; the
-    /// processors' effects ignore them).
+    /// Records the topic already held, sent again (after a takeover, a
+    /// restart or a lost cursor; the processors' effects ignore them).
     pub resent_records: IntCounter,
+    /// 1 while this instance refuses to stream because Redis lost the cursor
+    /// of a topic that holds records (`LOST_CURSOR=stop`).
+    pub cursor_lost: IntGauge,
     pub in_flight: IntGauge,
     /// Send to Kafka acknowledgement.
     pub delivery_latency: Histogram,
@@ -61,6 +64,11 @@ impl Metrics {
                 "sluice_ingest_resent_records_total",
                 "Records acknowledged that the topic already held when this active period began (sent again after a \
                  takeover, a restart or a lost cursor; the processors apply them once).",
+            ),
+            cursor_lost: gauge(
+                "sluice_ingest_cursor_lost",
+                "1 while this instance does not stream: Redis holds no cursor but the topic holds records (Redis was \
+                 reset or replaced).",
             ),
             in_flight: gauge("sluice_ingest_in_flight_records", "Records sent and not yet acknowledged."),
             delivery_latency,

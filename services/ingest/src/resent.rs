@@ -49,6 +49,11 @@ impl AlreadySent {
     pub fn partitions(&self) -> usize {
         self.newest.len()
     }
+
+    /// The newest slot any partition holds (`None`: an empty topic).
+    pub fn newest_slot(&self) -> Option<u64> {
+        self.newest.values().map(|p| p.slot).max()
+    }
 }
 
 fn position_of(tail: &Tail) -> Option<Position> {
@@ -82,6 +87,7 @@ mod tests {
             Tail { partition: 1, offset: 5, key: Some(b"k".to_vec()), payload: Some(b"\xff not a tx".to_vec()) },
         ]);
         assert_eq!(sent.partitions(), 1, "a record that is not a transaction says nothing");
+        assert_eq!((sent.newest_slot(), AlreadySent::default().newest_slot()), (Some(7), None));
         let at = |slot, index, key| Position { slot, index, key };
         assert!(sent.contains(0, at(7, 3, 0)), "the newest itself");
         assert!(sent.contains(0, at(7, 2, 5)) && sent.contains(0, at(6, 9, 0)), "anything earlier");

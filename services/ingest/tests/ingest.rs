@@ -69,6 +69,11 @@ struct Ingest {
 
 impl Ingest {
     fn start(s: &Setup, name: &str) -> Self {
+        Self::start_with(s, name, &[])
+    }
+
+    /// With further `SLUICE_INGEST_` settings (names without the prefix).
+    fn start_with(s: &Setup, name: &str, extra: &[(&str, &str)]) -> Self {
         let admin = free_port();
         let log = std::env::temp_dir().join(format!("{}{name}.log", s.prefix.trim_end_matches(':')));
         let mut command = Command::new(env!("CARGO_BIN_EXE_sluice-ingest"));
@@ -82,6 +87,7 @@ impl Ingest {
             .env("SLUICE_INGEST_LEASE_TTL_MS", "1500")
             .env("SLUICE_INGEST_ADMIN_LISTEN", format!("127.0.0.1:{admin}"))
             .env("SLUICE_LOG_FORMAT", "plain");
+        command.envs(extra.iter().map(|(k, v)| (format!("SLUICE_INGEST_{k}"), *v)));
         Self { process: Spawned::spawn(&mut command, log).expect("starting sluice-ingest"), admin }
     }
 
@@ -216,7 +222,7 @@ async fn the_standby_takes_over_when_the_active_instance_is_killed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lost_cursor_sends_the_chain_again_and_counts_every_record_of_it() {
+async fn a_lost_cursor_stops_the_ingest_until_told_to_resend_then_counts_every_record_sent_again() {
     let s = setup("ingest-lost-cursor", None).await;
     let mut first = Ingest::start(&s, "first");
     wait_until("active", Duration::from_secs(30), || first.active()).await;
@@ -224,21 +230,35 @@ async fn a_lost_cursor_sends_the_chain_again_and_counts_every_record_of_it() {
     assert_eq!(first.terminate(), Some(0), "{}", first.log_tail());
     let (sent_before, duplicates_before) = check(&s).await;
     assert_eq!(duplicates_before, 0);
-    // Redis forgets the cursor (a wipe, a failover that lost it): the next
-    // instance starts from genesis again, and every record it re-sends is one
-    // the topic already holds.
+    // Redis forgets the cursor (a wipe, a failover that lost it) while the
+    // topic keeps its records: the next instance must not stream.
     let client = redis::Client::open(sluice_testkit::redis_url()).expect("url");
     let mut conn = client.get_multiplexed_async_connection().await.expect("redis");
     let _: () = redis::cmd("DEL").arg(format!("{}ingest:cursor", s.prefix)).query_async(&mut conn).await.expect("DEL");
-    let mut second = Ingest::start(&s, "second");
+    let mut stopped = Ingest::start(&s, "stopped");
+    wait_until("the lost cursor reported", Duration::from_secs(30), || {
+        metric(stopped.admin, "sluice_ingest_cursor_lost") == 1.0
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let produced = metric(stopped.admin, "sluice_ingest_produced_records_total");
+    assert_eq!(stopped.terminate(), Some(0), "{}", stopped.log_tail());
+    assert_eq!(produced, 0.0, "nothing sent while the cursor is lost");
+    assert!(stopped.log_tail().contains("SLUICE_INGEST_LOST_CURSOR=resend"), "the error names the way out");
+    // Told to: it sends the chain again from genesis, and every record the
+    // topic already held is counted as sent again.
+    let _: () = redis::cmd("DEL").arg(format!("{}ingest:cursor", s.prefix)).query_async(&mut conn).await.expect("DEL");
+    let mut second = Ingest::start_with(&s, "second", &[("LOST_CURSOR", "resend")]);
     wait_until("active again", Duration::from_secs(30), || second.active()).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let resent = metric(second.admin, "sluice_ingest_resent_records_total");
+    let lost = metric(second.admin, "sluice_ingest_cursor_lost");
     assert_eq!(second.terminate(), Some(0), "{}", second.log_tail());
     let (_, duplicates) = check(&s).await;
     eprintln!(
         "{sent_before} records before the cursor was lost; {duplicates} duplicates; {resent} counted as sent again"
     );
+    assert_eq!(lost, 0.0, "streaming again");
     assert!(duplicates >= sent_before, "everything sent before was sent again: {duplicates} of {sent_before}");
     assert_eq!(resent, duplicates as f64, "what was sent again is counted, exactly");
 }
