@@ -165,6 +165,20 @@ groups:
             A processor pauses a partition while its in-flight budget is full or its records are stalled on a downstream
             outage (Redis, Kafka): work waits rather than being dropped. Check the retries and stalled-records panels.
           {{- include "sluice.runbook" (list $ "SluicePartitionPaused") | nindent 10 }}
+  - name: sluice.ingest
+    rules:
+      - alert: SluiceIngestCursorLost
+        expr: |
+          max by (namespace, pod) (sluice_ingest_cursor_lost{{ include "sluice.sel" (list $ns) }}) == 1
+        for: 1m
+        labels:
+          severity: critical
+        annotations:
+          summary: "Sluice ingest {{ "{{" }} $labels.pod {{ "}}" }} stopped: Redis lost its cursor"
+          description: >-
+            {{ "{{" }} $labels.pod {{ "}}" }} in {{ "{{" }} $labels.namespace {{ "}}" }} finds no cursor in Redis while the topic holds records:
+            Redis was reset or replaced. It sends nothing until the cursor is restored or LOST_CURSOR=resend is set.
+          {{- include "sluice.runbook" (list $ "SluiceIngestCursorLost") | nindent 10 }}
   - name: sluice.scheduler
     rules:
       {{- include "sluice.rules.noSuccessRule" (dict "root" $ "window" $a.schedulerJobNoSuccess.windowSeconds "ns" $ns "for" $a.schedulerJobNoSuccess.for "selector" (ternary "" (printf "job_name!~%q" (keys $windows | sortAlpha | join "|")) (empty $windows))) | nindent 6 }}
