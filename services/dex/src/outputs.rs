@@ -65,7 +65,7 @@ impl Live {
 
 impl Outputs for Live {
     fn ready(&self) -> Result<(), String> {
-        if self.redis.healthy() { Ok(()) } else { Err("redis does not answer".into()) }
+        self.redis.ready()
     }
 
     async fn token(&self, mint: &str) -> Result<Option<String>, SinkError> {

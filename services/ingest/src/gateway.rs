@@ -190,16 +190,11 @@ impl Gateway {
     async fn already_sent(&self) -> AlreadySent {
         let (kafka, topic) = (self.config.kafka.clone(), self.config.topic.clone());
         let read = tokio::task::spawn_blocking(move || newest_records(&kafka, &topic, TAIL_TIMEOUT)).await;
-        match read {
-            Ok(Ok(tails)) => AlreadySent::from_tails(&tails),
-            Ok(Err(e)) => {
-                self.metrics.errors.with_label_values(&["tail"]).inc();
-                tracing::warn!(error = %e, "Cannot read the topic's newest records; records sent again go uncounted");
-                AlreadySent::default()
-            }
+        match read.map_err(|e| e.to_string()).and_then(|tails| tails.map_err(|e| e.to_string())) {
+            Ok(tails) => AlreadySent::from_tails(&tails),
             Err(e) => {
                 self.metrics.errors.with_label_values(&["tail"]).inc();
-                tracing::warn!(error = %e, "Reading the topic's newest records failed");
+                tracing::warn!(error = %e, "Cannot read the topic's newest records; records sent again go uncounted");
                 AlreadySent::default()
             }
         }

@@ -45,12 +45,13 @@ pub fn newest_records(config: &KafkaConfig, topic: &str, timeout: Duration) -> R
         .create()
         .map_err(kafka)?;
     let deadline = Instant::now() + timeout;
-    let metadata = consumer.fetch_metadata(Some(topic), timeout).map_err(kafka)?;
+    let left = || deadline.saturating_duration_since(Instant::now());
+    let metadata = consumer.fetch_metadata(Some(topic), left()).map_err(kafka)?;
     let partitions: Vec<i32> = metadata.topics().iter().flat_map(|t| t.partitions().iter().map(|p| p.id())).collect();
     let mut assignment = TopicPartitionList::new();
     let mut reading: HashMap<i32, Option<Tail>> = HashMap::new();
     for partition in partitions {
-        let (low, high) = consumer.fetch_watermarks(topic, partition, timeout).map_err(kafka)?;
+        let (low, high) = consumer.fetch_watermarks(topic, partition, left()).map_err(kafka)?;
         if high > low {
             let from = (high - LOOK_BACK).max(low);
             assignment.add_partition_offset(topic, partition, Offset::Offset(from)).map_err(kafka)?;
@@ -63,11 +64,11 @@ pub fn newest_records(config: &KafkaConfig, topic: &str, timeout: Duration) -> R
     consumer.assign(&assignment).map_err(kafka)?;
     let mut done = Vec::new();
     while !reading.is_empty() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
+        let remaining = left();
+        if remaining.is_zero() {
             return Err(TailError::Timeout { topic: topic.to_string(), timeout });
         }
-        match consumer.poll(left.min(Duration::from_millis(100))) {
+        match consumer.poll(remaining.min(Duration::from_millis(100))) {
             Some(Ok(m)) => {
                 if let Some(newest) = reading.get_mut(&m.partition()) {
                     *newest = Some(Tail {

@@ -39,7 +39,7 @@ impl Handler for SeenKeys {
 
     /// Not ready while Redis does not answer: no traffic is routed here.
     fn ready(&self) -> Result<(), String> {
-        if self.redis.healthy() { Ok(()) } else { Err("redis does not answer".into()) }
+        self.redis.ready()
     }
 }
 

@@ -128,6 +128,11 @@ impl RedisSink {
     pub fn healthy(&self) -> bool {
         self.healthy.load(Ordering::Relaxed)
     }
+
+    /// [`RedisSink::healthy`] as a readiness answer, for a handler's `ready`.
+    pub fn ready(&self) -> Result<(), String> {
+        if self.healthy() { Ok(()) } else { Err("redis does not answer".into()) }
+    }
 }
 
 struct Writer {
