@@ -70,7 +70,17 @@ async fn instances_added_and_removed_under_load() {
             .collect();
         (partitions, sluice_testkit::metric(&text, "sluice_processor_assigned_partitions", ""))
     };
-    let ((in_a, owned_a), (in_b, owned_b)) = (reported(&a), reported(&b));
+    // Sampled once the rebalance is over: while `a` drains what it gives up
+    // (inside the revoke, before `b` is assigned anything), it still finishes
+    // and commits those partitions, so their series are rightly still there.
+    let settling = std::time::Instant::now();
+    let ((in_a, owned_a), (in_b, owned_b)) = loop {
+        let (ra, rb) = (reported(&a), reported(&b));
+        if ra.1 > 0.0 && rb.1 > 0.0 && ra.1 + rb.1 == 12.0 || settling.elapsed() > Duration::from_secs(60) {
+            break (ra, rb);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     assert!(
         in_a.len() as f64 <= owned_a && in_b.len() as f64 <= owned_b && in_a.iter().all(|p| !in_b.contains(p)),
         "offsets reported for partitions a process does not own: a {in_a:?} (owns {owned_a}), b {in_b:?} (owns {owned_b})"
