@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde::Serialize;
+use sluice_coord::generation::Expect;
 use sluice_dex::DexHandler;
 use sluice_dex::outputs::InMemory;
 use sluice_runtime::metrics::RuntimeMetrics;
@@ -153,7 +154,8 @@ pub fn start_processor(
     let (runtime_config, redis, dex) = stack.processor_config(input, group, extra)?;
     match mode {
         Mode::Full => Instance::start(runtime_config, |rt| {
-            let inner = DexHandler::new(dex, &redis, rt.metrics()).map_err(anyhow::Error::msg)?;
+            // A fresh group on a fresh topic: no commits record a generation.
+            let inner = DexHandler::new(dex, &redis, rt.metrics(), Expect::Nothing).map_err(anyhow::Error::msg)?;
             Ok(Measured { inner, probe })
         }),
         Mode::Kafka => Instance::start(runtime_config, |rt| {

@@ -341,6 +341,10 @@ impl<H: Handler> Handler for Measured<H> {
     fn ready(&self) -> Result<(), String> {
         self.inner.ready()
     }
+
+    fn state_generation(&self) -> Option<String> {
+        self.inner.state_generation()
+    }
 }
 
 /// A processor instance running in this process (its own consumer thread,

@@ -327,7 +327,7 @@ def rules_checks(args, rule):
               "SluiceLagRecordsLost", "SluiceProcessorsAbsent", "SluiceLagDown",
               "SluiceProcessorNotReady", "SluiceDeadLettersHigh", "SluicePartitionPaused",
               "SluiceSchedulerJobNoSuccess", "SluiceSchedulerStaleWrites", "SluiceSchedulerDown",
-              "SluiceIngestCursorLost"}
+              "SluiceIngestCursorLost", "SluiceStateStoreReplaced"}
     check(wanted <= alerts, f"the alerts cover lag, time lag, stalls, retention, absent processors, sluice-lag itself, readiness, dead letters, paused partitions, job success and stale writes ({sorted(wanted - alerts)} missing)")
     lag_from_processors = sorted(m for m in metric_names(rules_file.read_text()) if m.startswith("sluice_processor_") and "lag" in m)
     check(not lag_from_processors, f"no rule reads a processor's own lag ({lag_from_processors})")

@@ -165,6 +165,19 @@ groups:
             A processor pauses a partition while its in-flight budget is full or its records are stalled on a downstream
             outage (Redis, Kafka): work waits rather than being dropped. Check the retries and stalled-records panels.
           {{- include "sluice.runbook" (list $ "SluicePartitionPaused") | nindent 10 }}
+      - alert: SluiceStateStoreReplaced
+        expr: |
+          max by (namespace, pod) (sluice_processor_state_store_replaced{{ include "sluice.sel" (list $ns) }}) == 1
+        for: 1m
+        labels:
+          severity: critical
+        annotations:
+          summary: "Sluice processor {{ "{{" }} $labels.pod {{ "}}" }} stopped writing: Redis is not the store its state is in"
+          description: >-
+            {{ "{{" }} $labels.pod {{ "}}" }} in {{ "{{" }} $labels.namespace {{ "}}" }} finds another generation marker in Redis, or none:
+            Redis was reset or replaced. It writes nothing into it and commits nothing that needs it until the store is
+            restored, or its state is rebuilt from Kafka.
+          {{- include "sluice.runbook" (list $ "SluiceStateStoreReplaced") | nindent 10 }}
   - name: sluice.ingest
     rules:
       - alert: SluiceIngestCursorLost

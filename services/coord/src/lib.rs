@@ -2,8 +2,10 @@
 //! writes are refused.
 //!
 //! A [`Claim`] is a key taken with `SET NX PX` by one owner. Taking it also
-//! draws a **fencing token** from a counter that only grows (`INCR`), so a
-//! newer claim of the same resource always carries a larger token. The
+//! draws a **fencing token** from a counter that only grows ([`NEXT_TOKEN`]:
+//! never below the server's clock in milliseconds, so a store that forgot
+//! the counter cannot hand out an old token again), and a newer claim of
+//! the same resource always carries a larger token. The
 //! holder renews the claim while it works ([`renew`]: only the holder can)
 //! and stops if renewal fails. A holder that was paused past its claim
 //! (GC, SIGSTOP, a slow disk) cannot know it lost it; that is what the
@@ -21,11 +23,15 @@
 //! A holder keeps its claim alive with [`keeper::keep`], one rule for
 //! every holder: bounded renewal calls, given up at half the lease time.
 //!
+//! The store itself is checked with [`generation`]: a Redis that comes back
+//! empty, or another one, is told apart from the one the state lives in.
+//!
 //! This is an efficiency-and-safety mechanism on one Redis primary, not a
 //! consensus protocol: what keeps correctness is the fenced write.
 
 #![forbid(unsafe_code)]
 
+pub mod generation;
 pub mod keeper;
 
 use std::time::Duration;
@@ -57,9 +63,28 @@ impl Claim {
 /// `fence_key`; the claim lapses after `ttl` unless renewed.
 const ACQUIRE: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 1 then return false end
-local token = redis.call('INCR', KEYS[2])
+local token = sluice_next_token(KEYS[2])
 redis.call('SET', KEYS[1], ARGV[1] .. ':' .. token, 'PX', ARGV[2])
 return token
+";
+
+/// Lua that draws fencing tokens that never repeat, whatever Redis
+/// forgets: defines `sluice_next_token(key)`, the counter at `key` raised
+/// to the larger of one above its value and the server's clock in
+/// milliseconds. A store that lost the counter (restarted empty, failed
+/// over to a stale replica) so starts above every token drawn in an
+/// earlier millisecond, as long as tokens were drawn at under a thousand a
+/// second and the server's clock did not go back. (Milliseconds, not finer: Lua prints numbers with
+/// 14 significant digits, so tokens stay exact in the scripts' strings and
+/// JSON for millennia.)
+pub const NEXT_TOKEN: &str = r"
+local function sluice_next_token(key)
+  local now = redis.call('TIME')
+  local clock = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  local token = math.max((tonumber(redis.call('GET', key)) or 0) + 1, clock)
+  redis.call('SET', key, string.format('%.0f', token))
+  return token
+end
 ";
 
 /// Extends the claim only if it is still this owner's, with this token.
@@ -111,8 +136,13 @@ pub async fn acquire(
     owner: &str,
     ttl: Duration,
 ) -> RedisResult<Option<Claim>> {
-    let token: Option<u64> =
-        Script::new(ACQUIRE).key(key).key(fence_key).arg(owner).arg(millis(ttl)).invoke_async(conn).await?;
+    let token: Option<u64> = Script::new(&format!("{NEXT_TOKEN}{ACQUIRE}"))
+        .key(key)
+        .key(fence_key)
+        .arg(owner)
+        .arg(millis(ttl))
+        .invoke_async(conn)
+        .await?;
     Ok(token.map(|token| Claim { key: key.to_string(), fence_key: fence_key.to_string(), owner: owner.into(), token }))
 }
 

@@ -93,3 +93,67 @@ async fn a_lease_fenced_write_needs_the_lease_as_well_as_the_newest_token() {
     let value: String = redis::cmd("GET").arg(&data).query_async(&mut c).await.expect("redis");
     assert_eq!(value, "while held");
 }
+
+#[tokio::test]
+async fn tokens_never_repeat_when_the_store_forgets_the_counter() {
+    let mut c = conn().await;
+    let (key, fence) = (unique("claim"), unique("fence"));
+    let ttl = Duration::from_secs(5);
+    let first = acquire(&mut c, &key, &fence, "a", ttl).await.expect("redis").expect("claimed");
+    assert!(release(&mut c, &first).await.expect("redis"));
+    // The store forgets the counter (what a restart without data does to
+    // it, which takes far longer than the clock's millisecond).
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let _: () = redis::cmd("DEL").arg(&fence).query_async(&mut c).await.expect("redis");
+    let second = acquire(&mut c, &key, &fence, "b", ttl).await.expect("redis").expect("claimed again");
+    assert!(
+        second.token > first.token,
+        "token {} after the counter was lost repeats or undercuts {}",
+        second.token,
+        first.token
+    );
+    let third = acquire(&mut c, &unique("claim"), &fence, "c", ttl).await.expect("redis").expect("claimed");
+    assert!(third.token > second.token, "tokens keep growing: {} then {}", second.token, third.token);
+}
+
+#[tokio::test]
+async fn a_generation_is_created_once_and_a_reset_store_reads_as_lost() {
+    use sluice_coord::generation::{self, Expect, Lost};
+    let mut c = conn().await;
+    let prefix = format!("{}:", unique("gen"));
+    let (made, created) = generation::open(&mut c, &prefix, &Expect::Nothing).await.expect("redis").expect("opens");
+    assert!(created, "an unmarked store gets a marker");
+    let (again, created) = generation::open(&mut c, &prefix, &Expect::Nothing).await.expect("redis").expect("opens");
+    assert_eq!((again.clone(), created), (made.clone(), false), "a marked store keeps its marker");
+    let recorded = Expect::Recorded(made.id.clone());
+    assert!(generation::open(&mut c, &prefix, &recorded).await.expect("redis").is_ok(), "the recorded one matches");
+    assert_eq!(generation::check(&mut c, &made).await.expect("redis"), Ok(()));
+
+    // A fenced write checks the generation in the same step as it writes.
+    let script = redis::Script::new(&format!(
+        "{}\nlocal refused = sluice_refused(KEYS[1], ARGV[1]) if refused then return refused end\nredis.call('SET', KEYS[2], 'x')\nreturn 1",
+        generation::GENERATION_GUARD
+    ));
+    let data = unique("data");
+    let written: i64 =
+        script.key(&made.key).key(&data).arg(&made.id).invoke_async(&mut c).await.expect("same generation");
+    assert_eq!(written, 1);
+
+    // The store is wiped.
+    let _: () = redis::cmd("DEL").arg(&made.key).arg(&data).query_async(&mut c).await.expect("redis");
+    assert!(matches!(generation::check(&mut c, &made).await.expect("redis"), Err(Lost::Missing { .. })));
+    let refused =
+        script.key(&made.key).key(&data).arg(&made.id).invoke_async::<i64>(&mut c).await.expect_err("refused");
+    assert!(generation::is_refusal(&refused), "refusal carries its code: {refused}");
+    let exists: i64 = redis::cmd("EXISTS").arg(&data).query_async(&mut c).await.expect("redis");
+    assert_eq!(exists, 0, "the refused script wrote nothing");
+    // A service that recorded the old generation elsewhere does not mark the store anew.
+    let lost = generation::open(&mut c, &prefix, &recorded).await.expect("redis").expect_err("lost");
+    assert!(matches!(lost, Lost::Missing { .. }), "{lost}");
+    let marked: i64 = redis::cmd("EXISTS").arg(&made.key).query_async(&mut c).await.expect("redis");
+    assert_eq!(marked, 0, "opening with a recorded generation never creates a marker");
+    // Another store: a new marker, which the old generation does not match.
+    let (other, _) = generation::open(&mut c, &prefix, &Expect::Nothing).await.expect("redis").expect("opens");
+    assert_ne!(other.id, made.id);
+    assert!(matches!(generation::check(&mut c, &made).await.expect("redis"), Err(Lost::Changed { .. })));
+}

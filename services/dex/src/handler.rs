@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use prost::Message;
+use sluice_coord::generation::Expect;
 use sluice_core::cache::BatchEvictingCache;
 use sluice_core::chain::ChainTransaction;
 use sluice_core::dex::Venue;
@@ -12,7 +13,7 @@ use sluice_core::recognize::{RecognizeError, Recognized, SwapFact, recognize, re
 use sluice_core::txview::TxView;
 use sluice_runtime::RuntimeMetrics;
 use sluice_runtime::sink::SinkError;
-use sluice_runtime::sink::{RedisConfig, RedisSink};
+use sluice_runtime::sink::{RedisConfig, RedisSink, StateStore};
 use sluice_runtime::{Batching, HandleError, Handled, Handler, Publish, Record};
 
 use crate::config::DexConfig;
@@ -54,10 +55,18 @@ fn pow10(exp: u32) -> f64 {
 
 impl DexHandler<Live> {
     /// Builds the handler on its own Redis sink (started here, with the
-    /// runtime's metrics) and follows token invalidations.
-    pub fn new(config: DexConfig, redis: &RedisConfig, metrics: &RuntimeMetrics) -> Result<Self, String> {
+    /// runtime's metrics, writing only into a store that carries `expect`:
+    /// [`sluice_runtime::Runtime::recorded_generation`]) and follows token
+    /// invalidations.
+    pub fn new(
+        config: DexConfig,
+        redis: &RedisConfig,
+        metrics: &RuntimeMetrics,
+        expect: Expect,
+    ) -> Result<Self, String> {
         let client = redis::Client::open(redis.url.as_str()).map_err(|e| format!("redis url: {e}"))?;
-        let sink = RedisSink::start(redis, scripts(), metrics).map_err(|e| e.to_string())?;
+        let state = StateStore { prefix: config.redis_prefix.clone(), expect };
+        let sink = RedisSink::start(redis, scripts(), metrics, state).map_err(|e| e.to_string())?;
         let outputs = Live::new(&config, sink);
         let mut handler = DexHandler::with_outputs(config, outputs, &metrics.registry)?;
         handler.invalidations = Some(tokio::spawn(registry::follow_invalidations(
@@ -419,5 +428,9 @@ impl<O: Outputs> Handler for DexHandler<O> {
 
     fn ready(&self) -> Result<(), String> {
         self.outputs.ready()
+    }
+
+    fn state_generation(&self) -> Option<String> {
+        self.outputs.state_generation()
     }
 }

@@ -41,6 +41,11 @@ pub trait Outputs: Send + Sync + 'static {
     fn ready(&self) -> Result<(), String> {
         Ok(())
     }
+
+    /// The generation of the store the state lives in (none in memory).
+    fn state_generation(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Production: the registry and pool state in Redis (the apply script).
@@ -66,6 +71,10 @@ impl Live {
 impl Outputs for Live {
     fn ready(&self) -> Result<(), String> {
         self.redis.ready()
+    }
+
+    fn state_generation(&self) -> Option<String> {
+        self.redis.generation()
     }
 
     async fn token(&self, mint: &str) -> Result<Option<String>, SinkError> {

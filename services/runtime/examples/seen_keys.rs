@@ -16,7 +16,7 @@
 //!   cargo run -p sluice-runtime --example seen_keys
 //! ```
 
-use sluice_runtime::sink::{RedisConfig, RedisSink};
+use sluice_runtime::sink::{RedisConfig, RedisSink, StateStore};
 use sluice_runtime::{HandleError, Handled, Handler, Record, Runtime, RuntimeConfig};
 use sluice_service::env::EnvReader;
 
@@ -41,6 +41,11 @@ impl Handler for SeenKeys {
     fn ready(&self) -> Result<(), String> {
         self.redis.ready()
     }
+
+    /// Recorded with every commit, checked at the next start.
+    fn state_generation(&self) -> Option<String> {
+        self.redis.generation()
+    }
 }
 
 #[tokio::main]
@@ -53,7 +58,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     env.finish()?;
     let (config, redis) = config.zip(redis).ok_or("incomplete configuration")?;
     let runtime = Runtime::new(config, "seen_keys")?;
-    let handler = SeenKeys { redis: RedisSink::start(&redis, Vec::new(), runtime.metrics())? };
+    // Writes only into the Redis its earlier commits were made against.
+    let state = StateStore { prefix: "seen-keys:".into(), expect: runtime.recorded_generation().await? };
+    let handler = SeenKeys { redis: RedisSink::start(&redis, Vec::new(), runtime.metrics(), state)? };
     runtime.run(handler, sluice_service::signal::shutdown(), |_| {}).await?;
     Ok(())
 }

@@ -27,6 +27,7 @@ use crate::config::{GroupProtocol, RuntimeConfig};
 use crate::handler::{Handler, Record};
 use crate::health::Health;
 use crate::metrics::RuntimeMetrics;
+use crate::recorded;
 use crate::worker::{Shared, Worker, WorkerHandle, WorkerMsg};
 
 /// Most records one poll round takes before handing them out.
@@ -67,6 +68,9 @@ pub(crate) struct Ctx<H> {
     drain_deadline: Duration,
     metrics: RuntimeMetrics,
     health: Arc<Health>,
+    /// The generation the group's commits recorded at start: what commits
+    /// carry until the handler reports its own.
+    recorded: Option<String>,
 }
 
 impl<H: Handler> ClientContext for Ctx<H> {
@@ -231,8 +235,18 @@ impl<H: Handler> Ctx<H> {
         }
     }
 
+    /// Records the handler's state generation with the commit of `tpl`
+    /// (the one found at start while the handler has none yet), so the
+    /// commits never lose it.
+    fn stamp(&self, tpl: &TopicPartitionList) {
+        if let Some(generation) = self.shared.handler.state_generation().or_else(|| self.recorded.clone()) {
+            recorded::stamp(tpl, &generation);
+        }
+    }
+
     /// Commits `tpl` synchronously and records the outcome.
     fn commit_sync(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) {
+        self.stamp(tpl);
         let started = Instant::now();
         let result = consumer.commit(tpl, CommitMode::Sync);
         if started.elapsed() > Duration::from_secs(2) {
@@ -322,6 +336,7 @@ pub(crate) fn start<H: Handler>(
     shared: Arc<Shared<H>>,
     metrics: RuntimeMetrics,
     health: Arc<Health>,
+    recorded: Option<String>,
 ) -> KafkaResult<ConsumerThread> {
     let ctx = Ctx {
         topic: Arc::from(config.input_topic.as_str()),
@@ -334,6 +349,7 @@ pub(crate) fn start<H: Handler>(
         drain_deadline: config.drain_deadline,
         metrics,
         health,
+        recorded,
     };
     let consumer: BaseConsumer<Ctx<H>> = client_config(config).create_with_context(ctx)?;
     consumer.subscribe(&[&config.input_topic])?;
@@ -479,6 +495,7 @@ fn commit_pending<H: Handler>(consumer: &BaseConsumer<Ctx<H>>, all: bool) {
     for (p, o) in &moved {
         let _ = tpl.add_partition_offset(&ctx.topic, *p, Offset::Offset(*o));
     }
+    ctx.stamp(&tpl);
     match consumer.commit(&tpl, CommitMode::Async) {
         Ok(()) => ctx.metrics.commits.with_label_values(&["sent"]).inc(),
         Err(e) => {

@@ -118,6 +118,15 @@ pub trait Handler: Send + Sync + 'static {
     fn ready(&self) -> Result<(), String> {
         Ok(())
     }
+
+    /// The generation of the store the handler's effects live in
+    /// ([`crate::sink::RedisSink::generation`]), if it keeps state: the
+    /// runtime records it with every offset commit, so a store that lost
+    /// that state is told apart at the next start
+    /// ([`crate::Runtime::recorded_generation`]).
+    fn state_generation(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Handles `records` one by one, in order, with `handle`. Once a record of a

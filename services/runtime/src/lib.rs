@@ -35,10 +35,12 @@ mod lanes;
 pub mod metrics;
 mod outcome;
 pub mod output;
+mod recorded;
 pub mod retry;
 pub mod run;
 pub mod sink;
 mod slot;
+mod store_guard;
 mod worker;
 
 pub use config::RuntimeConfig;

@@ -32,6 +32,7 @@ pub struct RuntimeMetrics {
     pub rebalances: IntCounterVec,
     pub assigned: IntGauge,
     pub dropped_completions: IntCounter,
+    pub state_store_replaced: IntGauge,
 }
 
 const PREFIX: &str = "sluice_processor";
@@ -145,6 +146,10 @@ impl RuntimeMetrics {
             dropped_completions: reg!(IntCounter::new(
                 name("dropped_completions_total"),
                 "Completions from a revoked assignment, dropped uncommitted"
+            )),
+            state_store_replaced: reg!(IntGauge::new(
+                name("state_store_replaced"),
+                "1 while Redis is not the store the state was written to (reset or replaced): writes stop"
             )),
             registry,
         };

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use sluice_coord::generation::Expect;
 use sluice_service::admin;
 use tokio::sync::Semaphore;
 
@@ -16,6 +17,7 @@ use crate::health::Health;
 use crate::metrics::RuntimeMetrics;
 use crate::outcome::DeadLetters;
 use crate::output::KafkaSink;
+use crate::recorded;
 use crate::sink::SinkError;
 use crate::worker::{Budget, Shared};
 
@@ -41,6 +43,8 @@ pub struct Runtime {
     metrics: RuntimeMetrics,
     health: Arc<Health>,
     kafka: KafkaSink,
+    /// The generation the group's commits recorded, once read.
+    recorded: std::sync::OnceLock<Option<String>>,
 }
 
 /// A handle on the running runtime, for tests and embedding.
@@ -60,7 +64,40 @@ impl Runtime {
     pub fn new(config: RuntimeConfig, workload: &str) -> Result<Self, RuntimeError> {
         let metrics = RuntimeMetrics::new(workload, &config.group_id);
         let kafka = KafkaSink::new(&config.kafka, metrics.clone())?;
-        Ok(Self { config, metrics, health: Arc::new(Health::default()), kafka })
+        Ok(Self { config, metrics, health: Arc::new(Health::default()), kafka, recorded: Default::default() })
+    }
+
+    /// What the store a stateful workload writes must carry: the state
+    /// generation recorded with the group's committed offsets (`recorded`),
+    /// for its [`crate::sink::StateStore`]. Waits for Kafka for up to a
+    /// minute, then gives up with its error.
+    pub async fn recorded_generation(&self) -> Result<Expect, RuntimeError> {
+        let started = Instant::now();
+        let mut delay = Duration::from_millis(200);
+        loop {
+            let config = self.config.clone();
+            let read = tokio::task::spawn_blocking(move || recorded::read(&config, Duration::from_secs(10)))
+                .await
+                .map_err(|_| RuntimeError::ConsumerDied)?;
+            match read {
+                Ok(generations) => {
+                    let expect = recorded::expect(&generations);
+                    let id = match &expect {
+                        Expect::Recorded(id) => Some(id.clone()),
+                        Expect::Nothing => None,
+                    };
+                    tracing::info!(recorded = ?id, "State generation recorded with the group's offsets");
+                    let _ = self.recorded.set(id);
+                    return Ok(expect);
+                }
+                Err(e) if started.elapsed() < Duration::from_secs(60) => {
+                    tracing::warn!(error = %e, "Reading the group's committed offsets failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 
     pub fn metrics(&self) -> &RuntimeMetrics {
@@ -115,7 +152,8 @@ impl Runtime {
         tracing::info!(%admin_addr, topic = %self.config.input_topic, group = %self.config.group_id, "Processor running");
         started(RuntimeHandle { admin_addr, health: self.health.clone() });
 
-        let thread = consumer::start(&self.config, shared, self.metrics.clone(), self.health.clone())?;
+        let recorded = self.recorded.get().cloned().flatten();
+        let thread = consumer::start(&self.config, shared, self.metrics.clone(), self.health.clone(), recorded)?;
         let died = {
             let join = &thread.join;
             async move {

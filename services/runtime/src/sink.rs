@@ -1,6 +1,7 @@
 //! The batching Redis writer a workload may use, and the sinks' error. It
 //! never drops a write: a failure comes back as an error for the caller to
-//! retry. (The Kafka output is `output`.)
+//! retry. It writes only into the store generation the state lives in
+//! (`store_guard`). (The Kafka output is `output`.)
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,9 +11,15 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, RedisResult, Value};
 use tokio::sync::{Mutex, mpsc, oneshot};
 
+use sluice_coord::generation::Expect;
 use sluice_service::env::EnvReader;
 
 use crate::metrics::RuntimeMetrics;
+use crate::store_guard::StoreGuard;
+
+/// How long a writer with nothing to send waits before it checks the
+/// store's generation anyway.
+const IDLE_CHECK: Duration = Duration::from_secs(5);
 
 /// Where a workload that needs Redis finds it. The runtime itself needs
 /// none: a workload reads this only if it uses a [`RedisSink`].
@@ -50,13 +57,26 @@ pub enum SinkError {
     Kafka(String),
     #[error("redis: {0}")]
     Redis(String),
+    /// The store is not the one the state lives in (reset or replaced): no
+    /// write is sent until its generation is back.
+    #[error("redis: {0}")]
+    StateLost(String),
+}
+
+/// The state a sink writes: its keys' prefix (the generation marker is
+/// `<prefix>generation`) and what the runtime found recorded with the
+/// group's offsets ([`crate::Runtime::recorded_generation`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateStore {
+    pub prefix: String,
+    pub expect: Expect,
 }
 
 /// Commands that go out together, in order, in one round trip, and where
 /// their replies go.
 struct Op {
     cmds: Vec<Cmd>,
-    reply: oneshot::Sender<RedisResult<Vec<RedisResult<Value>>>>,
+    reply: oneshot::Sender<Result<Vec<RedisResult<Value>>, SinkError>>,
 }
 
 /// Redis through a fixed, small number of connections whatever the
@@ -67,6 +87,7 @@ struct Op {
 pub struct RedisSink {
     tx: mpsc::Sender<Op>,
     healthy: Arc<AtomicBool>,
+    guard: Arc<StoreGuard>,
 }
 
 impl std::fmt::Debug for RedisSink {
@@ -76,9 +97,15 @@ impl std::fmt::Debug for RedisSink {
 }
 
 impl RedisSink {
-    /// Starts `connections` writers for `url`. `scripts` (Lua sources) are
-    /// loaded on every (re)connection so `EVALSHA` always finds them.
-    pub fn start(config: &RedisConfig, scripts: Vec<String>, metrics: &RuntimeMetrics) -> Result<Self, SinkError> {
+    /// Starts `connections` writers for `url`, writing `state`. `scripts`
+    /// (Lua sources) are loaded on every (re)connection so `EVALSHA` always
+    /// finds them.
+    pub fn start(
+        config: &RedisConfig,
+        scripts: Vec<String>,
+        metrics: &RuntimeMetrics,
+        state: StateStore,
+    ) -> Result<Self, SinkError> {
         let (url, connections, max_batch) = (config.url.as_str(), config.connections, config.max_batch);
         // The series an alert reads exist from the start, at zero.
         metrics.retries.with_label_values(&["redis"]);
@@ -87,11 +114,13 @@ impl RedisSink {
         let rx = Arc::new(Mutex::new(rx));
         let healthy = Arc::new(AtomicBool::new(false));
         let scripts = Arc::new(scripts);
+        let guard = Arc::new(StoreGuard::new(&state.prefix, state.expect, metrics.state_store_replaced.clone()));
         for _ in 0..connections.max(1) {
             let writer = Writer {
                 client: client.clone(),
                 rx: rx.clone(),
                 healthy: healthy.clone(),
+                guard: guard.clone(),
                 scripts: scripts.clone(),
                 max_batch: max_batch.max(1),
                 round_trips: metrics.sink_round_trips.with_label_values(&["redis"]),
@@ -100,7 +129,7 @@ impl RedisSink {
             };
             tokio::spawn(writer.run());
         }
-        Ok(Self { tx, healthy })
+        Ok(Self { tx, healthy, guard })
     }
 
     /// Runs one command through the next pipeline and returns its reply.
@@ -119,9 +148,16 @@ impl RedisSink {
             Ok(Ok(replies)) => {
                 Ok(replies.into_iter().map(|r| r.map_err(|e| SinkError::Redis(e.to_string()))).collect())
             }
-            Ok(Err(e)) => Err(SinkError::Redis(e.to_string())),
+            Ok(Err(e)) => Err(e),
             Err(_) => Err(SinkError::Redis("writer dropped the commands".into())),
         }
+    }
+
+    /// The id of the store generation this sink writes into, once its first
+    /// connection opened it: what a handler reports as its
+    /// [`crate::Handler::state_generation`].
+    pub fn generation(&self) -> Option<String> {
+        self.guard.generation().map(|g| g.id.clone())
     }
 
     /// Whether the last round trip succeeded.
@@ -129,8 +165,12 @@ impl RedisSink {
         self.healthy.load(Ordering::Relaxed)
     }
 
-    /// [`RedisSink::healthy`] as a readiness answer, for a handler's `ready`.
+    /// [`RedisSink::healthy`] and the store's generation as a readiness
+    /// answer, for a handler's `ready`.
     pub fn ready(&self) -> Result<(), String> {
+        if let Some(lost) = self.guard.lost() {
+            return Err(lost.to_string());
+        }
         if self.healthy() { Ok(()) } else { Err("redis does not answer".into()) }
     }
 }
@@ -139,6 +179,7 @@ struct Writer {
     client: redis::Client,
     rx: Arc<Mutex<mpsc::Receiver<Op>>>,
     healthy: Arc<AtomicBool>,
+    guard: Arc<StoreGuard>,
     scripts: Arc<Vec<String>>,
     max_batch: usize,
     /// The `sink="redis"` series, resolved once.
@@ -157,7 +198,8 @@ impl Writer {
         loop {
             match ConnectionManager::new_with_config(self.client.clone(), config.clone()).await {
                 Ok(mut conn) => {
-                    if self.load_scripts(&mut conn).await.is_ok() {
+                    // The generation first: nothing is sent to another store.
+                    if self.guard.on_connect(&mut conn).await.is_ok() && self.load_scripts(&mut conn).await.is_ok() {
                         self.healthy.store(true, Ordering::Relaxed);
                         return conn;
                     }
@@ -179,40 +221,90 @@ impl Writer {
 
     async fn run(self) {
         let mut conn = self.connect().await;
-        loop {
-            let mut batch = {
-                let mut rx = self.rx.lock().await;
-                let Some(first) = rx.recv().await else { return };
-                let mut commands = first.cmds.len();
-                let mut batch = vec![first];
-                while commands < self.max_batch {
-                    match rx.try_recv() {
-                        Ok(op) => {
-                            commands += op.cmds.len();
-                            batch.push(op);
-                        }
-                        Err(_) => break,
-                    }
+        while let Some(batch) = self.next_batch().await {
+            conn = self.serve(conn, batch).await;
+        }
+    }
+
+    /// Up to a batch of queued operations; none after [`IDLE_CHECK`] with
+    /// nothing queued (a round trip that only checks the generation);
+    /// `None` once every sender is gone.
+    async fn next_batch(&self) -> Option<Vec<Op>> {
+        let mut rx = self.rx.lock().await;
+        let first = match tokio::time::timeout(IDLE_CHECK, rx.recv()).await {
+            Ok(Some(op)) => op,
+            Ok(None) => return None,
+            Err(_) => return Some(Vec::new()),
+        };
+        let mut commands = first.cmds.len();
+        let mut batch = vec![first];
+        while commands < self.max_batch {
+            match rx.try_recv() {
+                Ok(op) => {
+                    commands += op.cmds.len();
+                    batch.push(op);
                 }
-                batch
-            };
+                Err(_) => break,
+            }
+        }
+        Some(batch)
+    }
+
+    /// Sends `batch` as one pipeline behind a read of the generation marker
+    /// and hands each caller its replies. While the store is lost only the
+    /// marker is read; once it is back, the batch goes out.
+    async fn serve(&self, mut conn: ConnectionManager, mut batch: Vec<Op>) -> ConnectionManager {
+        let Some(marker) = self.guard.generation().map(|g| g.key.clone()) else {
+            unreachable!("the first connection opens the generation")
+        };
+        let mut send = self.guard.lost().is_none();
+        loop {
             let mut pipe = redis::pipe();
             pipe.ignore_errors();
+            pipe.cmd("GET").arg(&marker);
             let counts: Vec<usize> = batch.iter().map(|op| op.cmds.len()).collect();
-            let commands: usize = counts.iter().sum();
-            for op in &mut batch {
-                for cmd in op.cmds.drain(..) {
-                    pipe.add_command(cmd);
+            let commands: usize = if send { counts.iter().sum() } else { 0 };
+            if send {
+                for op in &mut batch {
+                    for cmd in op.cmds.drain(..) {
+                        pipe.add_command(cmd);
+                    }
                 }
             }
             let started = Instant::now();
             let result: RedisResult<Vec<RedisResult<Value>>> = pipe.query_async(&mut conn).await;
             self.round_trips.inc();
-            self.batch_size.observe(commands as f64);
-            self.seconds.observe(started.elapsed().as_secs_f64());
-            match result {
-                Ok(replies) => {
-                    self.healthy.store(true, Ordering::Relaxed);
+            if commands > 0 {
+                self.batch_size.observe(commands as f64);
+                self.seconds.observe(started.elapsed().as_secs_f64());
+            }
+            let replies = match result {
+                Ok(replies) => replies,
+                Err(e) => {
+                    self.healthy.store(false, Ordering::Relaxed);
+                    tracing::warn!(error = %e, commands, "Redis round trip failed; callers retry");
+                    reply_all(batch, &SinkError::Redis(format!("pipeline failed: {e}")));
+                    if e.is_connection_dropped() || e.is_io_error() || e.is_timeout() {
+                        conn = self.connect().await;
+                    }
+                    return conn;
+                }
+            };
+            self.healthy.store(true, Ordering::Relaxed);
+            let mut replies = replies.into_iter();
+            let found = replies.next().and_then(|r| r.ok()).and_then(|v| redis::from_redis_value(v).ok());
+            let verdict = self.guard.verdict(found);
+            self.guard.judge(verdict.clone());
+            match (verdict, send) {
+                (Err(lost), _) => {
+                    // Sent along with the check, if at all: into a store
+                    // that is no longer the state's, so none of it counts.
+                    reply_all(batch, &SinkError::StateLost(lost.to_string()));
+                    return conn;
+                }
+                (Ok(()), false) => send = true,
+                (Ok(()), true) => {
+                    let replies: Vec<RedisResult<Value>> = replies.collect();
                     let noscript = replies.iter().any(|r| matches!(r, Err(e) if e.code() == Some("NOSCRIPT")));
                     let mut replies = replies.into_iter();
                     for (op, n) in batch.into_iter().zip(counts) {
@@ -223,24 +315,17 @@ impl Writer {
                         // Redis restarted (or was flushed): reload, the callers retry.
                         let _ = self.load_scripts(&mut conn).await;
                     }
-                }
-                Err(e) => {
-                    self.healthy.store(false, Ordering::Relaxed);
-                    tracing::warn!(error = %e, commands, "Redis round trip failed; callers retry");
-                    for op in batch {
-                        let _ = op.reply.send(Err(redis::RedisError::from((
-                            redis::ErrorKind::Io,
-                            "pipeline failed",
-                            e.to_string(),
-                        ))));
-                    }
-                    if !e.is_connection_dropped() && !e.is_io_error() && !e.is_timeout() {
-                        continue;
-                    }
-                    conn = self.connect().await;
+                    return conn;
                 }
             }
         }
+    }
+}
+
+/// Fails every operation of `batch` with `error`.
+fn reply_all(batch: Vec<Op>, error: &SinkError) {
+    for op in batch {
+        let _ = op.reply.send(Err(error.clone()));
     }
 }
 

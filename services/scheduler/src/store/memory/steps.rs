@@ -137,9 +137,9 @@ impl Step<'_> {
         })
     }
 
-    /// `lib.lua`'s `take_lease`.
+    /// `lib.lua`'s `take_lease` (the token never below the run's start).
     fn take_lease(&mut self, mut rec: RunRecord, owner: &str, lease_ttl: Duration, claim_ttl: Duration) -> u64 {
-        self.job.fence += 1;
+        self.job.fence = (self.job.fence + 1).max(u64::try_from(rec.started_ms).unwrap_or(0));
         let token = self.job.fence;
         let lease = format!("{owner}:{token}");
         let tick = rec.tick();

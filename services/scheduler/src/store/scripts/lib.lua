@@ -66,8 +66,12 @@ end
 
 -- Takes the job's lease for tick `t` (from `req.tick`), with a new token:
 -- the running record and the open marker are written in the same step.
+-- The token is above every earlier one and never below the run's start
+-- (the caller's clock, ms): a store that forgot the counter (restarted
+-- empty, a stale replica) does not hand out an earlier token again.
 local function take_lease(t, tick_key)
-  local token = redis.call('INCR', k('fence'))
+  local token = math.max((tonumber(redis.call('GET', k('fence'))) or 0) + 1, req.record.started_ms)
+  redis.call('SET', k('fence'), int(token))
   local lease = req.owner .. ':' .. token
   redis.call('SET', k('running'), lease, 'PX', req.lease_ttl_ms)
   redis.call('SET', tick_key, lease, 'PX', req.claim_ttl_ms)
