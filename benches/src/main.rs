@@ -9,6 +9,8 @@
 //! - `contention`: experiment 2, locks before and after (see `contention`).
 //! - `barrier`: experiment 3, cohort barrier against the bounded pipeline.
 //! - `drain`: experiment 5, a backlog drained by 1, 2 and 4 instances.
+//! - `ingest`: the ingest gateway streaming a backlog into Kafka, with and
+//!   without Kafka transactions (see `ingest`).
 //! - `lag-scale`: one sluice-lag poller watching many groups × partitions on
 //!   the local broker (issue 14's scale target; see `lag_scale`).
 //! - `stress`: the stress harness: `--mode in-process` (the handling path's
@@ -32,6 +34,7 @@ mod contention;
 mod cost;
 mod drain;
 mod feeder;
+mod ingest;
 mod jmx;
 mod lag_scale;
 mod live;
@@ -132,6 +135,24 @@ enum Mode {
         /// Fail unless the largest round reaches this speedup over one instance (CI smoke).
         #[arg(long)]
         min_speedup: Option<f64>,
+    },
+    /// The ingest gateway streaming a chain backlog into Kafka: idempotent
+    /// and transactional rounds, alternating, on the local broker.
+    Ingest {
+        /// Chain transactions in each round's backlog (about 1.6 records each).
+        #[arg(long, default_value_t = 200_000)]
+        transactions: u64,
+        /// Rounds per mode.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// The transactional rounds' commit interval, ms (the ingest's default).
+        #[arg(long, default_value_t = 100)]
+        interval_ms: u64,
+        #[arg(long, default_value_t = 12)]
+        partitions: i32,
+        /// Fail if transactional ÷ idempotent throughput is below this (CI smoke).
+        #[arg(long)]
+        min_ratio: Option<f64>,
     },
     /// One sluice-lag poller (the binary, built by this mode unless given)
     /// watching topics × groups on the local broker: poll time, CPU, requests.
@@ -368,6 +389,22 @@ fn main() -> Result<()> {
                 );
             }
             ("drain", serde_json::to_value(&options)?, serde_json::to_value(&rounds)?)
+        }
+        Mode::Ingest { transactions, rounds, interval_ms, partitions, min_ratio } => {
+            let options = ingest::Options { transactions, rounds: rounds.max(1), interval_ms, partitions };
+            let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            let figures = tokio.block_on(ingest::run(&options))?;
+            tokio.shutdown_timeout(std::time::Duration::from_secs(5));
+            ingest::print(&options, &figures);
+            if let Some(min) = min_ratio
+                && figures.throughput_ratio < min
+            {
+                anyhow::bail!(
+                    "transactional ÷ idempotent throughput {:.3}, below the smoke bound {min}",
+                    figures.throughput_ratio
+                );
+            }
+            ("ingest", serde_json::to_value(&options)?, serde_json::to_value(&figures)?)
         }
         Mode::LagScale {
             topics,

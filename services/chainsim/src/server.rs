@@ -104,7 +104,7 @@ impl ChainNode {
             slow_latency: options.get_pool_latency * options.slow_factor,
             cut_streams_after: options.cut_streams_after,
         });
-        tokio::spawn(run_head(Arc::clone(&shared), chain));
+        tokio::spawn(run_head(Arc::downgrade(&shared), chain));
         Self { shared }
     }
 
@@ -151,8 +151,13 @@ impl ChainNode {
 }
 
 /// Produces each slot at its block time, forever (until the runtime stops).
-async fn run_head(shared: Arc<Shared>, mut chain: Chain) {
+/// Produces the chain's slots on time, for as long as the node exists (a
+/// handle, its service or a subscription): a node dropped stops its head.
+async fn run_head(node: std::sync::Weak<Shared>, mut chain: Chain) {
     loop {
+        if node.strong_count() == 0 {
+            return;
+        }
         let slot = chain.next_slot();
         let due = chain.config().block_time_ms(slot);
         let wait = due - now_ms();
@@ -172,6 +177,7 @@ async fn run_head(shared: Arc<Shared>, mut chain: Chain) {
             }
         };
         chain = next;
+        let Some(shared) = node.upgrade() else { return };
         shared.history.write().unwrap_or_else(|e| e.into_inner()).record(&block, &chain);
         if chain.next_slot().is_multiple_of(CHECKPOINT_EVERY) {
             shared.checkpoints.write().unwrap_or_else(|e| e.into_inner()).push(chain.clone());

@@ -68,6 +68,16 @@ pub struct IngestConfig {
     pub max_in_flight: usize,
     /// How often the cursor is written (when it moved).
     pub cursor_interval: Duration,
+    /// Kafka transactions: the `transactional.id` the active/standby pair
+    /// shares (`None`: idempotent sends only, no fencing at the broker).
+    pub transactional_id: Option<String>,
+    /// Transactional: how often the open transaction is committed (and the
+    /// cursor written): what a record waits before readers see it.
+    pub transaction_interval: Duration,
+    /// Transactional: the bound of each transaction call and of a record's
+    /// delivery, and how long the broker keeps a dead producer's transaction
+    /// open (a standby taking over aborts it at once).
+    pub transaction_timeout: Duration,
     pub start: Start,
     pub lost_cursor: LostCursor,
     /// Reconnect backoff bounds after a dropped chain stream.
@@ -83,16 +93,22 @@ impl IngestConfig {
         let default_instance = sluice_service::env::default_instance_id("ingest");
         let mut kafka = KafkaConfig::new(env.required::<String>("KAFKA_BROKERS").unwrap_or_default());
         kafka.properties = env.kafka_properties();
+        let topic: String = env.or("TOPIC", CHAIN_TRANSACTIONS.to_string());
+        let transactions: bool = env.or("TRANSACTIONS", true);
+        let transactional_id: String = env.or("TRANSACTIONAL_ID", format!("sluice-ingest.{topic}"));
         let config = Self {
             chain_url: env.or("CHAIN_URL", "http://127.0.0.1:50051".to_string()),
             kafka,
-            topic: env.or("TOPIC", CHAIN_TRANSACTIONS.to_string()),
+            topic,
             redis_url: env.required("REDIS_URL").unwrap_or_default(),
             redis_prefix: env.or("REDIS_PREFIX", "sluice:".to_string()),
             instance_id: env.or("INSTANCE_ID", default_instance),
             lease_ttl: env.millis("LEASE_TTL_MS", Duration::from_secs(5)),
             max_in_flight: env.or("MAX_IN_FLIGHT", 10_000),
             cursor_interval: env.millis("CURSOR_INTERVAL_MS", Duration::from_millis(200)),
+            transactional_id: transactions.then_some(transactional_id),
+            transaction_interval: env.millis("TRANSACTION_INTERVAL_MS", Duration::from_millis(100)),
+            transaction_timeout: env.millis("TRANSACTION_TIMEOUT_MS", Duration::from_secs(60)),
             start: env.or("START", Start::Genesis),
             lost_cursor: env.or("LOST_CURSOR", LostCursor::Stop),
             reconnect_min: env.millis("RECONNECT_MIN_MS", Duration::from_millis(100)),
@@ -109,6 +125,16 @@ impl IngestConfig {
         if config.max_in_flight == 0 {
             let name = env.name("MAX_IN_FLIGHT");
             env.problem(format!("{name} must be above 0"));
+        }
+        if config.transaction_timeout < Duration::from_secs(1)
+            || config.transaction_timeout <= config.transaction_interval
+        {
+            let (a, b) = (env.name("TRANSACTION_TIMEOUT_MS"), env.name("TRANSACTION_INTERVAL_MS"));
+            env.problem(format!("{a} must be at least 1000 and above {b}"));
+        }
+        if config.transactional_id.as_deref() == Some("") {
+            let name = env.name("TRANSACTIONAL_ID");
+            env.problem(format!("{name} must not be empty (set TRANSACTIONS=false to send without transactions)"));
         }
         if config.reconnect_min > config.reconnect_max {
             let (a, b) = (env.name("RECONNECT_MIN_MS"), env.name("RECONNECT_MAX_MS"));
@@ -130,6 +156,7 @@ mod tests {
             ("I_LEASE_TTL_MS", "10"),
             ("I_TYPO", "1"),
             ("I_LOST_CURSOR", "ignore"),
+            ("I_TRANSACTION_TIMEOUT_MS", "50"),
         ];
         let mut env = EnvReader::from_vars("I_", vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let _ = IngestConfig::read(&mut env);
@@ -142,6 +169,7 @@ mod tests {
             "I_LEASE_TTL_MS",
             "I_TYPO",
             "I_LOST_CURSOR",
+            "I_TRANSACTION_TIMEOUT_MS",
         ] {
             assert!(text.contains(name), "{name} missing from: {text}");
         }

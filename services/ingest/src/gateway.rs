@@ -3,13 +3,19 @@
 //! Active, it reads the cursor, subscribes to the chain from the slot after
 //! it, and sends every transaction as one record per pool touched through
 //! the pipelined producer (idempotent, `acks=all`, bounded in flight; a full
-//! queue waits for the oldest delivery, never for each one). The cursor
-//! advances as slots complete (every record acknowledged) and is written to
-//! Redis fenced by the lease. A dropped stream is re-opened with backoff and
-//! resumes exactly where sending stopped; a lost lease stops sending at once
-//! and the instance goes back to standby. A restart or a takeover resumes
-//! after the stored cursor: records sent past it are sent again (counted;
-//! the processors' effects are idempotent).
+//! queue waits for the oldest delivery, never for each one). By default the
+//! producer is transactional, with a `transactional.id` the active/standby
+//! pair shares: becoming active fences the previous holder at the broker (a
+//! paused ex-active instance cannot add a record once it wakes: its open
+//! transaction is aborted, its next send or commit refused), and each
+//! transaction interval commits what was sent. The cursor advances as slots
+//! complete (every record acknowledged, and committed when transactional)
+//! and is written to Redis fenced by the lease. A dropped stream is
+//! re-opened with backoff and resumes exactly where sending stopped; a lost
+//! lease or a fence stops sending at once and the instance goes back to
+//! standby. A restart or a takeover resumes after the stored cursor:
+//! records sent past it are sent again (counted; the processors' effects
+//! are idempotent).
 
 use std::time::{Duration, Instant};
 
@@ -36,7 +42,16 @@ use crate::tracker::{Next, SlotTracker};
 enum End {
     Shutdown,
     LeaseLost,
+    /// Kafka refused this instance's producer: a newer active instance
+    /// initialised the shared transactional id.
+    Fenced,
     Failed(String),
+}
+
+impl From<ProduceError> for End {
+    fn from(e: ProduceError) -> Self {
+        if matches!(e, ProduceError::Fenced(_)) { Self::Fenced } else { Self::Failed(e.to_string()) }
+    }
 }
 
 /// What a record carries through the producer: its sequence number, when it
@@ -100,6 +115,13 @@ impl Gateway {
                 End::LeaseLost => {
                     self.metrics.leases_lost.inc();
                     tracing::warn!("Lease lost: stopped sending; back to standby");
+                }
+                End::Fenced => {
+                    self.metrics.fenced.inc();
+                    tracing::warn!(
+                        "Fenced by Kafka: a newer active instance initialised the shared transactional id, and this \
+                         instance's open transaction was aborted; back to standby"
+                    );
                 }
                 End::Failed(e) => {
                     self.metrics.errors.with_label_values(&["active"]).inc();
@@ -222,6 +244,13 @@ impl Gateway {
             Ok(s) => s,
             Err(e) => return End::Failed(format!("reading the chain head: {e}")),
         };
+        // The producer first: a transactional one fences the previous active
+        // instance at the broker (its open transaction aborted) before the
+        // topic's newest records are read.
+        let mut producer = match self.producer().await {
+            Ok(p) => p,
+            Err(e) => return e.into(),
+        };
         let already = self.already_sent().await;
         if let (None, Some(newest)) = (cursor, already.newest_slot()) {
             if self.config.lost_cursor == LostCursor::Stop {
@@ -239,10 +268,6 @@ impl Gateway {
             );
         }
         self.metrics.cursor_lost.set(0);
-        let mut producer = match PipelinedProducer::<Tag>::new(&self.config.kafka, self.config.max_in_flight) {
-            Ok(p) => p,
-            Err(e) => return End::Failed(e.to_string()),
-        };
         // A chosen start (head, a slot) is recorded at once, so a takeover
         // before the first slot completes starts from the same place.
         if cursor.is_none() && first > 0 {
@@ -255,7 +280,13 @@ impl Gateway {
         tracing::info!(first_slot = first, ?cursor, partitions_written = already.partitions(), "Streaming");
         let mut session = Session { tracker: SlotTracker::new(first), written: cursor, already };
         let mut backoff = self.config.reconnect_min;
-        let mut tick = tokio::time::interval(self.config.cursor_interval);
+        // Transactional: each tick commits what was sent, then records the cursor.
+        let every = if self.config.transactional_id.is_some() {
+            self.config.transaction_interval
+        } else {
+            self.config.cursor_interval
+        };
+        let mut tick = tokio::time::interval(every);
         loop {
             let from = session.tracker.resume_slot();
             let mut chain = self.chain.clone();
@@ -273,9 +304,9 @@ impl Gateway {
                             () = lease_lost(&mut lost) => return End::LeaseLost,
                             () = stopped(&mut shutdown) => return self.drain(claim, &mut producer, &mut session).await,
                             _ = tick.tick() => {
-                                let acked = match producer.poll_acked() {
+                                let acked = match producer.commit().await {
                                     Ok(a) => a,
-                                    Err(e) => return End::Failed(e.to_string()),
+                                    Err(e) => return e.into(),
                                 };
                                 self.acked(&mut session, acked);
                                 match self.write_cursor(claim, &mut session).await {
@@ -292,7 +323,7 @@ impl Gateway {
                                     backoff = self.config.reconnect_min;
                                     let ended = matches!(update.update, Some(Update::SlotEnd(_)));
                                     match self.handle(update.update, &mut producer, &mut session).await {
-                                        Err(e) => return End::Failed(e.to_string()),
+                                        Err(e) => return e.into(),
                                         Ok(Next::Gap) => {
                                             self.metrics.reconnects.with_label_values(&["gap"]).inc();
                                             tracing::warn!(resume = session.tracker.resume_slot(), "The chain stream skipped updates; reconnecting");
@@ -333,6 +364,16 @@ impl Gateway {
                 () = stopped(&mut shutdown) => return self.drain(claim, &mut producer, &mut session).await,
             }
             backoff = (backoff * 2).min(self.config.reconnect_max);
+        }
+    }
+
+    /// This period's producer: transactional (fencing every earlier holder
+    /// of the shared id) unless transactions are off.
+    async fn producer(&self) -> Result<PipelinedProducer<Tag>, ProduceError> {
+        let (kafka, max) = (&self.config.kafka, self.config.max_in_flight);
+        match &self.config.transactional_id {
+            Some(id) => PipelinedProducer::transactional(kafka, max, id, self.config.transaction_timeout).await,
+            None => PipelinedProducer::new(kafka, max),
         }
     }
 

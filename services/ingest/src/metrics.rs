@@ -28,6 +28,9 @@ pub struct Metrics {
     pub reconnects: IntCounterVec,
     pub leases_acquired: IntCounter,
     pub leases_lost: IntCounter,
+    /// Times Kafka fenced this instance's producer (a newer active one
+    /// initialised the shared transactional id).
+    pub fenced: IntCounter,
     /// Failed operations, by operation.
     pub errors: IntCounterVec,
 }
@@ -85,6 +88,10 @@ impl Metrics {
             },
             leases_acquired: counter("sluice_ingest_leases_acquired_total", "Times this instance became active."),
             leases_lost: counter("sluice_ingest_leases_lost_total", "Times this instance lost the lease while active."),
+            fenced: counter(
+                "sluice_ingest_fenced_total",
+                "Times Kafka fenced this instance's transactional producer (a newer active instance took over).",
+            ),
             errors: labelled("sluice_ingest_errors_total", "Failed operations, by operation.", "operation"),
             registry: r,
         }

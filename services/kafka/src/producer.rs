@@ -6,6 +6,14 @@
 //! awaited only when the FIFO is full or librdkafka's own queue is
 //! (`QueueFull`). Acknowledgements are reported in send order, so a caller
 //! can advance a cursor past everything acknowledged so far.
+//!
+//! A transactional producer ([`PipelinedProducer::transactional`]) sends
+//! inside a transaction that [`PipelinedProducer::commit`] ends (and the next
+//! begins), and reports acknowledgements only then: a record is acknowledged
+//! to the caller once `read_committed` readers can see it. Creating it
+//! fences every earlier producer with the same `transactional.id` at the
+//! broker: their open transaction is aborted and their next send or commit
+//! fails with [`ProduceError::Fenced`].
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -41,6 +49,23 @@ pub enum ProduceError {
     Flush(#[source] KafkaError),
     #[error("fetching topic metadata failed: {0}")]
     Metadata(#[source] KafkaError),
+    /// A newer producer with the same `transactional.id` took over.
+    #[error("fenced: a newer producer with this transactional.id took over ({0})")]
+    Fenced(#[source] KafkaError),
+    #[error("transaction: {0}")]
+    Transaction(#[source] KafkaError),
+}
+
+impl ProduceError {
+    /// A Kafka error as `ProduceError::Fenced` when a newer producer with
+    /// the same transactional id fenced this one, else through `other`.
+    fn classify(source: KafkaError, other: impl FnOnce(KafkaError) -> Self) -> Self {
+        let fenced = matches!(
+            source.rdkafka_error_code(),
+            Some(RDKafkaErrorCode::Fenced | RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch)
+        );
+        if fenced { Self::Fenced(source) } else { other(source) }
+    }
 }
 
 /// Where an acknowledged record landed.
@@ -58,13 +83,95 @@ pub struct PipelinedProducer<T> {
     producer: FutureProducer,
     in_flight: VecDeque<(String, T, DeliveryFuture)>,
     max_in_flight: usize,
+    /// Transactional: the records acknowledged in the open transaction
+    /// (reported at its commit), and how long a transaction call may take.
+    transaction: Option<(Vec<Acked<T>>, Duration)>,
 }
 
-impl<T> PipelinedProducer<T> {
+impl<T: Send + 'static> PipelinedProducer<T> {
     /// An idempotent, `acks=all` producer (see [`KafkaConfig::producer`]).
     pub fn new(config: &KafkaConfig, max_in_flight: usize) -> Result<Self, ProduceError> {
         let producer = config.producer().create().map_err(ProduceError::Create)?;
-        Ok(Self { producer, in_flight: VecDeque::with_capacity(max_in_flight), max_in_flight: max_in_flight.max(1) })
+        Ok(Self {
+            producer,
+            in_flight: VecDeque::with_capacity(max_in_flight),
+            max_in_flight: max_in_flight.max(1),
+            transaction: None,
+        })
+    }
+
+    /// A transactional producer with `transactional_id`, its first
+    /// transaction begun. Its creation fences every earlier producer with
+    /// that id. `timeout` bounds each transaction call and, as
+    /// `transaction.timeout.ms`, how long the broker keeps a transaction of
+    /// a producer that died open (until another producer with the id starts;
+    /// `read_committed` readers wait at it meanwhile). A record not delivered
+    /// within it fails (`message.timeout.ms`, which librdkafka requires to be
+    /// no longer).
+    pub async fn transactional(
+        config: &KafkaConfig,
+        max_in_flight: usize,
+        transactional_id: &str,
+        timeout: Duration,
+    ) -> Result<Self, ProduceError> {
+        let producer: FutureProducer = config
+            .producer()
+            .set("transactional.id", transactional_id)
+            .set("transaction.timeout.ms", timeout.as_millis().to_string())
+            .set("message.timeout.ms", timeout.as_millis().to_string())
+            .create()
+            .map_err(ProduceError::Create)?;
+        let p = producer.clone();
+        blocking(move || {
+            p.init_transactions(Timeout::After(timeout))?;
+            p.begin_transaction()
+        })
+        .await?;
+        Ok(Self {
+            producer,
+            in_flight: VecDeque::with_capacity(max_in_flight),
+            max_in_flight: max_in_flight.max(1),
+            transaction: Some((Vec::new(), timeout)),
+        })
+    }
+
+    /// Transactional: waits for every record in flight, commits the
+    /// transaction, begins the next, and returns the acknowledgements of
+    /// everything it committed. A failed commit is aborted (its records are
+    /// never visible) and returned as the error. Not transactional: what
+    /// [`PipelinedProducer::poll_acked`] returns.
+    pub async fn commit(&mut self) -> Result<Vec<Acked<T>>, ProduceError> {
+        let Some((_, timeout)) = self.transaction else { return self.poll_acked() };
+        while !self.in_flight.is_empty() {
+            let acked = self.await_oldest().await?;
+            self.uncommitted().push(acked);
+        }
+        let p = self.producer.clone();
+        let committed = blocking(move || {
+            let result = p.commit_transaction(Timeout::After(timeout));
+            if let Err(KafkaError::Transaction(e)) = &result
+                && e.txn_requires_abort()
+            {
+                let _ = p.abort_transaction(Timeout::After(timeout));
+            }
+            result?;
+            p.begin_transaction()
+        })
+        .await;
+        let acked = std::mem::take(self.uncommitted());
+        committed.map(|()| acked)
+    }
+
+    fn uncommitted(&mut self) -> &mut Vec<Acked<T>> {
+        &mut self.transaction.as_mut().expect("transactional").0
+    }
+
+    /// Reports `acked` now, or at the commit if transactional.
+    fn report(&mut self, acked: Acked<T>, out: &mut Vec<Acked<T>>) {
+        match &mut self.transaction {
+            Some((uncommitted, _)) => uncommitted.push(acked),
+            None => out.push(acked),
+        }
     }
 
     /// Connects and learns `topic`'s partitions now rather than on the
@@ -103,7 +210,8 @@ impl<T> PipelinedProducer<T> {
     ) -> Result<Vec<Acked<T>>, ProduceError> {
         let mut acked = Vec::new();
         while self.in_flight.len() >= self.max_in_flight {
-            acked.push(self.await_oldest().await?);
+            let oldest = self.await_oldest().await?;
+            self.report(oldest, &mut acked);
         }
         loop {
             let mut record = FutureRecord::to(topic).key(key).payload(payload);
@@ -118,29 +226,39 @@ impl<T> PipelinedProducer<T> {
                         // Nothing of ours to wait for: let librdkafka drain.
                         tokio::time::sleep(Duration::from_millis(5)).await;
                     } else {
-                        acked.push(self.await_oldest().await?);
+                        let oldest = self.await_oldest().await?;
+                        self.report(oldest, &mut acked);
                     }
                 }
                 Err((source, _)) => {
-                    return Err(ProduceError::Enqueue { topic: topic.to_string(), source });
+                    return Err(ProduceError::classify(source, |source| ProduceError::Enqueue {
+                        topic: topic.to_string(),
+                        source,
+                    }));
                 }
             }
         }
     }
 
-    /// Acknowledgements that have already arrived, in send order, without waiting.
+    /// Acknowledgements that have already arrived, in send order, without
+    /// waiting (transactional: none before the commit).
     pub fn poll_acked(&mut self) -> Result<Vec<Acked<T>>, ProduceError> {
         let mut acked = Vec::new();
         while let Some((_, _, future)) = self.in_flight.front_mut() {
             let Some(result) = future.now_or_never() else { break };
             let (topic, tag, _) = self.in_flight.pop_front().expect("front exists");
-            acked.push(resolve(topic, tag, result)?);
+            let arrived = resolve(topic, tag, result)?;
+            self.report(arrived, &mut acked);
         }
         Ok(acked)
     }
 
-    /// Waits for every record in flight; returns their acknowledgements.
+    /// Waits for every record in flight; returns their acknowledgements
+    /// (transactional: commits them).
     pub async fn flush(&mut self) -> Result<Vec<Acked<T>>, ProduceError> {
+        if self.transaction.is_some() {
+            return self.commit().await;
+        }
         let mut acked = Vec::with_capacity(self.in_flight.len());
         while !self.in_flight.is_empty() {
             acked.push(self.await_oldest().await?);
@@ -158,7 +276,15 @@ impl<T> PipelinedProducer<T> {
 fn resolve<T, E>(topic: String, tag: T, result: Result<OwnedDeliveryResult, E>) -> Result<Acked<T>, ProduceError> {
     match result {
         Ok(Ok(delivery)) => Ok(Acked { partition: delivery.partition, offset: delivery.offset, tag }),
-        Ok(Err((source, _))) => Err(ProduceError::Delivery { topic, source }),
+        Ok(Err((source, _))) => Err(ProduceError::classify(source, |source| ProduceError::Delivery { topic, source })),
         Err(_) => Err(ProduceError::Cancelled { topic }),
+    }
+}
+
+/// Runs a blocking transaction call off the async threads.
+async fn blocking(call: impl FnOnce() -> Result<(), KafkaError> + Send + 'static) -> Result<(), ProduceError> {
+    match tokio::task::spawn_blocking(call).await {
+        Ok(result) => result.map_err(|e| ProduceError::classify(e, ProduceError::Transaction)),
+        Err(_) => Err(ProduceError::Transaction(KafkaError::Canceled)),
     }
 }
