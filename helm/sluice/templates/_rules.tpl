@@ -167,16 +167,16 @@ groups:
           {{- include "sluice.runbook" (list $ "SluicePartitionPaused") | nindent 10 }}
       - alert: SluiceStateStoreReplaced
         expr: |
-          max by (namespace, pod) (sluice_processor_state_store_replaced{{ include "sluice.sel" (list $ns) }}) == 1
+          max by (namespace, pod) (sluice_processor_state_store_replaced{{ include "sluice.sel" (list $ns) }} or sluice_scheduler_state_store_replaced{{ include "sluice.sel" (list $ns) }}) == 1
         for: 1m
         labels:
           severity: critical
         annotations:
-          summary: "Sluice processor {{ "{{" }} $labels.pod {{ "}}" }} stopped writing: Redis is not the store its state is in"
+          summary: "Sluice {{ "{{" }} $labels.pod {{ "}}" }} stopped writing: Redis is not the store its state is in"
           description: >-
             {{ "{{" }} $labels.pod {{ "}}" }} in {{ "{{" }} $labels.namespace {{ "}}" }} finds another generation marker in Redis, or none:
-            Redis was reset or replaced. It writes nothing into it and commits nothing that needs it until the store is
-            restored, or its state is rebuilt from Kafka.
+            Redis was reset or replaced. It writes nothing into it (a processor commits nothing that needs it, a scheduler
+            runs no job) until the store is restored, or its state is rebuilt from Kafka.
           {{- include "sluice.runbook" (list $ "SluiceStateStoreReplaced") | nindent 10 }}
   - name: sluice.ingest
     rules:

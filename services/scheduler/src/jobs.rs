@@ -243,7 +243,9 @@ impl RunContext {
                     pause *= 2;
                 }
                 Err(StoreError::Unavailable(e)) => return Err(JobError::unavailable("redis", e)),
-                Err(e @ StoreError::Reply(_)) => return Err(JobError::Failed(format!("write {}: {e}", write.id))),
+                Err(e @ (StoreError::Reply(_) | StoreError::Replaced(_))) => {
+                    return Err(JobError::Failed(format!("write {}: {e}", write.id)));
+                }
             }
         }
         Err(JobError::unavailable("redis", "write unconfirmed"))

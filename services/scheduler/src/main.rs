@@ -23,6 +23,34 @@ use sluice_service::env::EnvReader;
 use sluice_service::{signal, telemetry};
 use tokio::sync::watch;
 
+/// Checks every 5 s that Redis still carries the generation opened at
+/// start (the scripts refuse writes atomically meanwhile), and says so:
+/// the gauge, readiness, an error in the log when it changes.
+async fn watch_generation(
+    store: RedisStore,
+    generation: sluice_coord::generation::Generation,
+    gauge: prometheus::IntGauge,
+    replaced: Arc<std::sync::Mutex<Option<String>>>,
+) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let Ok(verdict) = store.check_generation(&generation).await else { continue };
+        let mut now = replaced.lock().unwrap_or_else(|e| e.into_inner());
+        match (verdict, now.is_some()) {
+            (Err(lost), false) => {
+                tracing::error!(error = %lost, "No job runs: claims and writes are refused until the store's generation is back (restore Redis), or this replica restarts on the new one (README, \"When Redis loses its data\")");
+                *now = Some(lost.to_string());
+            }
+            (Ok(()), true) => {
+                tracing::info!("The Redis state store's generation is back: jobs run again");
+                *now = None;
+            }
+            _ => {}
+        }
+        gauge.set(i64::from(now.is_some()));
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
     // `sluice-scheduler admin …` talks to a running scheduler instead.
@@ -63,7 +91,16 @@ async fn run() -> anyhow::Result<()> {
             let _ = rx.wait_for(|s| *s).await;
         }
     };
-    let (ready, check) = sluice_service::admin::switch("not connected to Redis");
+    let (ready, connected) = sluice_service::admin::switch("not connected to Redis");
+    // Not ready either while Redis is not the store the state is in.
+    let replaced: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+    let check: sluice_service::admin::ReadyCheck = {
+        let replaced = replaced.clone();
+        Arc::new(move || match replaced.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            Some(why) => Err(why),
+            None => connected(),
+        })
+    };
     let (admin_addr, admin_task) =
         sluice_service::admin::serve(config.admin_listen, "scheduler", metrics.registry.clone(), check, stopped())
             .await
@@ -79,6 +116,8 @@ async fn run() -> anyhow::Result<()> {
         return Ok(());
     };
     let store = RedisStore::new(conn, &config.redis_prefix, config.history_keep, config.history_ttl);
+    let generation = store.open_generation().await.context("opening the Redis state generation")?;
+    tokio::spawn(watch_generation(store.clone(), generation, metrics.state_store_replaced.clone(), replaced));
     let engine = Engine::new(config.clone(), Arc::new(store), Arc::new(SystemClock), metrics, entries);
     let (grpc_addr, grpc_task) =
         admin::serve(config.grpc_listen, engine.clone(), config.admin_token.clone(), stopped())

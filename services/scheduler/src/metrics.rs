@@ -82,6 +82,9 @@ pub struct Metrics {
     pub drift_repaired: IntCounterVec,
     /// Redis or chain calls of the scheduler itself that failed, by operation.
     pub errors: IntCounterVec,
+    /// 1 while Redis is not the store the scheduler's state is in (its
+    /// generation marker changed or vanished): no claim or write lands.
+    pub state_store_replaced: prometheus::IntGauge,
 }
 
 fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -175,6 +178,15 @@ impl Metrics {
                 "Failed calls of the scheduler itself, by operation.",
                 &["job_name", "operation"],
             ),
+            state_store_replaced: {
+                let g = prometheus::IntGauge::new(
+                    "sluice_scheduler_state_store_replaced",
+                    "1 while Redis is not the store the scheduler's state is in (reset or replaced): nothing is claimed or written",
+                )
+                .expect("valid metric");
+                r.register(Box::new(g.clone())).expect("registered once");
+                g
+            },
             registry: r,
         }
     }

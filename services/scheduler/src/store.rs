@@ -45,6 +45,10 @@ pub enum StoreError {
     /// bug, or a script of another version).
     #[error("unexpected reply from redis: {0}")]
     Reply(String),
+    /// The store is not the one the scheduler's state is in (its generation
+    /// marker changed or vanished): the script wrote nothing.
+    #[error("redis state store replaced: {0}")]
+    Replaced(String),
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;

@@ -8,6 +8,7 @@ use redis::aio::ConnectionManager;
 use redis::{RedisError, Script};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use sluice_coord::generation::{self, Expect, Generation};
 
 use super::history::texts;
 use super::keys::{JobKeys, queued_value};
@@ -71,8 +72,18 @@ struct Request<'a, T: Serialize> {
     base: &'a str,
     history: &'a History,
     texts: &'a Texts,
+    /// The store generation the scheduler opened: a store without it gets no write.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    generation: Option<&'a GenerationArg>,
     #[serde(flatten)]
     fields: T,
+}
+
+/// The generation marker a script checks before it writes.
+#[derive(Debug, Clone, Serialize)]
+struct GenerationArg {
+    key: String,
+    id: String,
 }
 
 /// The scripts, loaded once.
@@ -107,6 +118,7 @@ pub struct RedisStore {
     prefix: String,
     scripts: std::sync::Arc<Scripts>,
     history: std::sync::Arc<History>,
+    generation: std::sync::Arc<std::sync::OnceLock<GenerationArg>>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -120,6 +132,9 @@ pub(crate) fn ms(d: Duration) -> u64 {
 }
 
 fn error(e: RedisError) -> StoreError {
+    if generation::is_refusal(&e) {
+        return StoreError::Replaced(e.detail().unwrap_or_default().to_string());
+    }
     // A script that fails to run is a bug on our side; anything else (the
     // connection, a timeout, a loading or failing-over server) may pass.
     if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError) {
@@ -140,7 +155,25 @@ impl RedisStore {
             prefix: prefix.to_string(),
             scripts: std::sync::Arc::new(Scripts::new()),
             history: std::sync::Arc::new(History { ttl_ms: ms(history_ttl), keep: history_keep }),
+            generation: Default::default(),
         }
+    }
+
+    /// Opens the store's generation marker (`sluice_coord::generation`; an
+    /// unmarked store is marked now): from then on every script refuses to
+    /// write into a store without it. Returns it.
+    pub async fn open_generation(&self) -> redis::RedisResult<Generation> {
+        let opened = generation::open(&mut self.conn.clone(), &self.prefix, &Expect::Nothing).await?;
+        let (generation, created) =
+            opened.map_err(|lost| RedisError::from((redis::ErrorKind::Io, "generation", lost.to_string())))?;
+        tracing::info!(key = %generation.key, generation = %generation.id, created, "Redis state generation opened");
+        let _ = self.generation.set(GenerationArg { key: generation.key.clone(), id: generation.id.clone() });
+        Ok(generation)
+    }
+
+    /// Whether the store still carries the generation opened at start.
+    pub async fn check_generation(&self, generation: &Generation) -> redis::RedisResult<Result<(), generation::Lost>> {
+        generation::check(&mut self.conn.clone(), generation).await
     }
 
     pub fn keys(&self, job: &str) -> JobKeys {
@@ -150,7 +183,13 @@ impl RedisStore {
     /// Runs `script` with `fields` as its request and decodes its reply.
     async fn call<T: Serialize, R: DeserializeOwned>(&self, script: &Script, job: &str, fields: T) -> StoreResult<R> {
         let keys = self.keys(job);
-        let request = Request { base: keys.base(), history: &self.history, texts: &TEXTS, fields };
+        let request = Request {
+            base: keys.base(),
+            history: &self.history,
+            texts: &TEXTS,
+            generation: self.generation.get(),
+            fields,
+        };
         let json = serde_json::to_string(&request).map_err(|e| StoreError::Reply(e.to_string()))?;
         let reply: String = script.arg(json).invoke_async(&mut self.conn.clone()).await.map_err(error)?;
         decode(&reply)
@@ -219,6 +258,8 @@ struct WriteHeader<'a> {
     lease: String,
     id: &'a str,
     ttl_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    generation: Option<&'a GenerationArg>,
 }
 
 #[async_trait::async_trait]
@@ -295,8 +336,13 @@ impl Store for RedisStore {
 
     async fn apply(&self, lease: &RunLease, write: &Write) -> StoreResult<Applied> {
         let keys = self.keys(&lease.job);
-        let header =
-            WriteHeader { token: lease.token, lease: lease.value(), id: &write.id, ttl_ms: ms(write.ledger_ttl) };
+        let header = WriteHeader {
+            token: lease.token,
+            lease: lease.value(),
+            id: &write.id,
+            ttl_ms: ms(write.ledger_ttl),
+            generation: self.generation.get(),
+        };
         let header = serde_json::to_string(&header).map_err(|e| StoreError::Reply(e.to_string()))?;
         let mut invocation = write.script.redis().prepare_invoke();
         invocation.key(keys.fence()).key(keys.running()).key(keys.ledger(lease.tick)).arg(header);

@@ -4,6 +4,9 @@
 -- {token, lease, id, ttl_ms}, then the job's arguments. Replies are written
 -- by hand: cjson would print a large integer as 1e+14.
 local w = cjson.decode(ARGV[1])
+if w.generation and redis.call('GET', w.generation.key) ~= w.generation.id then
+  return redis.error_reply('SLUICE_GENERATION the store does not hold generation ' .. w.generation.id)
+end
 local ledger = redis.call('HMGET', KEYS[3], 'run', 'w:' .. w.id)
 -- Applied before by this run (a retry after a lost reply): its first reply,
 -- even if the lease lapsed since.

@@ -4,6 +4,11 @@
 -- into the types of store.rs. One Redis primary: keys derived here are not
 -- declared in KEYS (no cluster slots).
 local req = cjson.decode(ARGV[1])
+-- A store that is not the one the scheduler's state is in (reset or
+-- replaced: its generation marker changed or vanished) gets no write.
+if req.generation and redis.call('GET', req.generation.key) ~= req.generation.id then
+  return redis.error_reply('SLUICE_GENERATION the store does not hold generation ' .. req.generation.id)
+end
 local function k(name) return req.base .. name end
 
 local function int(n) return string.format('%.0f', n) end
