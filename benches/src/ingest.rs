@@ -128,7 +128,9 @@ async fn round(stack: &Stack, options: &Options, slots: u64, transactional: bool
     let conn = redis::aio::ConnectionManager::new(redis::Client::open(stack.redis_url.as_str())?).await?;
     let metrics = Metrics::new();
     let chain_client = chain_client(&config.chain_url).map_err(anyhow::Error::msg)?;
-    let gateway = Gateway::new(config.clone(), Store::new(conn, &config.redis_prefix), metrics.clone(), chain_client);
+    let store = Store::new(conn, &config.redis_prefix);
+    store.open_generation().await?;
+    let gateway = Gateway::new(config.clone(), store, metrics.clone(), chain_client);
     let (stop, stopped) = watch::channel(false);
     let before = Sample::start(stack, None, None)?;
     let started = Instant::now();

@@ -167,7 +167,7 @@ groups:
           {{- include "sluice.runbook" (list $ "SluicePartitionPaused") | nindent 10 }}
       - alert: SluiceStateStoreReplaced
         expr: |
-          max by (namespace, pod) (sluice_processor_state_store_replaced{{ include "sluice.sel" (list $ns) }} or sluice_scheduler_state_store_replaced{{ include "sluice.sel" (list $ns) }}) == 1
+          max by (namespace, pod) (sluice_processor_state_store_replaced{{ include "sluice.sel" (list $ns) }} or sluice_scheduler_state_store_replaced{{ include "sluice.sel" (list $ns) }} or sluice_ingest_state_store_replaced{{ include "sluice.sel" (list $ns) }}) == 1
         for: 1m
         labels:
           severity: critical
@@ -176,7 +176,7 @@ groups:
           description: >-
             {{ "{{" }} $labels.pod {{ "}}" }} in {{ "{{" }} $labels.namespace {{ "}}" }} finds another generation marker in Redis, or none:
             Redis was reset or replaced. It writes nothing into it (a processor commits nothing that needs it, a scheduler
-            runs no job) until the store is restored, or its state is rebuilt from Kafka.
+            runs no job, an ingest sends nothing) until the store is restored, or its state is rebuilt from Kafka.
           {{- include "sluice.runbook" (list $ "SluiceStateStoreReplaced") | nindent 10 }}
   - name: sluice.ingest
     rules:

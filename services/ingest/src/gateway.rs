@@ -234,8 +234,26 @@ impl Gateway {
         })
     }
 
+    /// Ends an active period on a store that is not the cursor's: nothing
+    /// is sent until its generation is back (or the instance restarts on the
+    /// new one, and meets the lost-cursor check).
+    fn replaced(&self) -> End {
+        self.metrics.state_store_replaced.set(1);
+        End::Failed(format!(
+            "the Redis state store was replaced ({}generation is not the generation this instance opened): not \
+             streaming. Restore Redis (streaming resumes), or restart the ingest on the new store (README, \
+             \"When Redis loses its data\")",
+            self.config.redis_prefix
+        ))
+    }
+
     /// One active period, until shutdown, a lost lease or a failure.
     async fn active(&self, claim: &Claim, mut lost: Lost, mut shutdown: watch::Receiver<bool>) -> End {
+        match self.store.check_generation().await {
+            Ok(Ok(())) => self.metrics.state_store_replaced.set(0),
+            Ok(Err(_)) => return self.replaced(),
+            Err(e) => return End::Failed(format!("reading the generation marker: {e}")),
+        }
         let cursor = match self.store.position().await {
             Ok(p) => p,
             Err(e) => return End::Failed(format!("reading the cursor: {e}")),
@@ -274,6 +292,7 @@ impl Gateway {
             match self.store.advance(claim, first - 1).await {
                 Ok(Written::Moved) => {}
                 Ok(Written::Refused) => return End::LeaseLost,
+                Ok(Written::Replaced) => return self.replaced(),
                 Err(e) => return End::Failed(format!("recording the start: {e}")),
             }
         }
@@ -312,6 +331,7 @@ impl Gateway {
                                 match self.write_cursor(claim, &mut session).await {
                                     Ok(Written::Moved) => {}
                                     Ok(Written::Refused) => return End::LeaseLost,
+                                    Ok(Written::Replaced) => return self.replaced(),
                                     Err(e) => {
                                         self.metrics.errors.with_label_values(&["cursor"]).inc();
                                         tracing::warn!(error = %e, "Cursor write failed (Redis); will retry");
@@ -415,6 +435,7 @@ impl Gateway {
     async fn slot_ended(&self, claim: &Claim, session: &mut Session) -> Option<End> {
         match self.write_cursor(claim, session).await {
             Ok(Written::Refused) => Some(End::LeaseLost),
+            Ok(Written::Replaced) => Some(self.replaced()),
             Ok(Written::Moved) => None,
             Err(e) => {
                 self.metrics.errors.with_label_values(&["cursor"]).inc();

@@ -55,6 +55,7 @@ async fn run(config: IngestConfig) -> anyhow::Result<()> {
         return Ok(());
     };
     let store = Store::new(conn, &config.redis_prefix);
+    store.open_generation().await.context("opening the Redis state generation")?;
     let chain = chain_client(&config.chain_url).map_err(anyhow::Error::msg)?;
     let gateway = Gateway::new(config, store, metrics, chain);
     ready.store(true, Ordering::SeqCst);

@@ -16,6 +16,9 @@ pub struct Metrics {
     /// 1 while this instance refuses to stream because Redis lost the cursor
     /// of a topic that holds records (`LOST_CURSOR=stop`).
     pub cursor_lost: IntGauge,
+    /// 1 while Redis is not the store this instance's state is in (its
+    /// generation marker changed or vanished): it does not stream.
+    pub state_store_replaced: IntGauge,
     pub in_flight: IntGauge,
     /// Send to Kafka acknowledgement.
     pub delivery_latency: Histogram,
@@ -72,6 +75,11 @@ impl Metrics {
                 "sluice_ingest_cursor_lost",
                 "1 while this instance does not stream: Redis holds no cursor but the topic holds records (Redis was \
                  reset or replaced).",
+            ),
+            state_store_replaced: gauge(
+                "sluice_ingest_state_store_replaced",
+                "1 while Redis is not the store this instance's state is in (its generation marker changed or \
+                 vanished): it does not stream.",
             ),
             in_flight: gauge("sluice_ingest_in_flight_records", "Records sent and not yet acknowledged."),
             delivery_latency,

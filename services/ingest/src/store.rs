@@ -6,8 +6,11 @@
 //! (What a takeover sends again is counted from the topic itself, not from
 //! here: see `resent`.)
 
+use std::sync::{Arc, OnceLock};
+
 use redis::aio::ConnectionManager;
 use redis::{RedisResult, Script};
+use sluice_coord::generation::{self, Expect, GENERATION_GUARD, Generation, Lost};
 use sluice_coord::{Claim, LEASED_FENCE_CHECK};
 
 /// Key names under one prefix.
@@ -30,8 +33,11 @@ impl Keys {
 
 fn cursor_script() -> String {
     format!(
-        "{LEASED_FENCE_CHECK}
--- KEYS: fence, lease, cursor. ARGV: token, lease value, cursor
+        "{GENERATION_GUARD}
+-- KEYS: fence, lease, cursor, generation marker. ARGV: token, lease value, cursor, generation
+local refused = sluice_refused(KEYS[4], ARGV[4])
+if refused then return refused end
+{LEASED_FENCE_CHECK}
 local current = tonumber(redis.call('GET', KEYS[3]) or '-1')
 if tonumber(ARGV[3]) > current then redis.call('SET', KEYS[3], ARGV[3]) end
 return 1"
@@ -44,6 +50,9 @@ pub enum Written {
     Moved,
     /// The lease is no longer this instance's.
     Refused,
+    /// The store is not the one the cursor lives in (its generation marker
+    /// changed or vanished): nothing was written.
+    Replaced,
 }
 
 /// Redis access for the ingest.
@@ -52,6 +61,8 @@ pub struct Store {
     conn: ConnectionManager,
     pub keys: Keys,
     cursor: Script,
+    prefix: String,
+    generation: Arc<OnceLock<Generation>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -62,7 +73,36 @@ impl std::fmt::Debug for Store {
 
 impl Store {
     pub fn new(conn: ConnectionManager, prefix: &str) -> Self {
-        Self { conn, keys: Keys::new(prefix), cursor: Script::new(&cursor_script()) }
+        Self {
+            conn,
+            keys: Keys::new(prefix),
+            cursor: Script::new(&cursor_script()),
+            prefix: prefix.to_string(),
+            generation: Arc::default(),
+        }
+    }
+
+    /// Opens the store's generation marker (`sluice_coord::generation`; an
+    /// unmarked store is marked now): from then on the cursor is written only
+    /// into a store that carries it.
+    pub async fn open_generation(&self) -> RedisResult<Generation> {
+        if let Some(g) = self.generation.get() {
+            return Ok(g.clone());
+        }
+        let opened = generation::open(&mut self.conn.clone(), &self.prefix, &Expect::Nothing).await?;
+        let (opened, created) =
+            opened.map_err(|lost| redis::RedisError::from((redis::ErrorKind::Io, "generation", lost.to_string())))?;
+        tracing::info!(key = %opened.key, generation = %opened.id, created, "Redis state generation opened");
+        Ok(self.generation.get_or_init(|| opened).clone())
+    }
+
+    /// Whether the store still carries the generation opened at start (no
+    /// verdict before it was opened).
+    pub async fn check_generation(&self) -> RedisResult<Result<(), Lost>> {
+        match self.generation.get() {
+            Some(g) => generation::check(&mut self.conn.clone(), g).await,
+            None => Ok(Ok(())),
+        }
     }
 
     pub fn connection(&self) -> ConnectionManager {
@@ -76,16 +116,27 @@ impl Store {
 
     /// Raises the cursor, if `claim` still holds the lease.
     pub async fn advance(&self, claim: &Claim, cursor: u64) -> RedisResult<Written> {
-        let result: i64 = self
+        let (marker, id) = self
+            .generation
+            .get()
+            .map_or((generation::key(&self.prefix), String::new()), |g| (g.key.clone(), g.id.clone()));
+        let result: RedisResult<i64> = self
             .cursor
             .key(&self.keys.fence)
             .key(&self.keys.lease)
             .key(&self.keys.cursor)
+            .key(marker)
             .arg(claim.token)
             .arg(claim.value())
             .arg(cursor)
+            .arg(id)
             .invoke_async(&mut self.conn.clone())
-            .await?;
-        Ok(if result == 1 { Written::Moved } else { Written::Refused })
+            .await;
+        match result {
+            Ok(1) => Ok(Written::Moved),
+            Ok(_) => Ok(Written::Refused),
+            Err(e) if generation::is_refusal(&e) => Ok(Written::Replaced),
+            Err(e) => Err(e),
+        }
     }
 }

@@ -269,6 +269,45 @@ async fn a_paused_active_instance_is_fenced_by_kafka_and_adds_nothing_when_it_wa
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_store_stops_the_ingest_until_its_generation_is_back() {
+    let s = setup("ingest-generation", None).await;
+    let mut one = Ingest::start(&s, "g-one");
+    wait_until("active", Duration::from_secs(30), || one.active()).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let client = redis::Client::open(sluice_testkit::redis_url()).expect("url");
+    let mut conn = client.get_multiplexed_async_connection().await.expect("redis");
+    let marker_key = format!("{}generation", s.prefix);
+    let marker: String = redis::cmd("GET").arg(&marker_key).query_async(&mut conn).await.expect("the ingest's marker");
+    // The marker vanishes (what an empty or another Redis looks like): the
+    // next cursor write is refused in the same step, and streaming stops.
+    let () = redis::cmd("DEL").arg(&marker_key).query_async(&mut conn).await.expect("DEL");
+    wait_until("the replaced store reported", Duration::from_secs(10), || {
+        metric(one.admin, "sluice_ingest_state_store_replaced") == 1.0
+    })
+    .await;
+    let stopped_at = cursor(&s).await;
+    let produced = metric(one.admin, "sluice_ingest_produced_records_total");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(metric(one.admin, "sluice_ingest_produced_records_total"), produced, "nothing sent meanwhile");
+    assert_eq!(cursor(&s).await, stopped_at, "the cursor did not move");
+    let marked: i64 = redis::cmd("EXISTS").arg(&marker_key).query_async(&mut conn).await.expect("EXISTS");
+    assert_eq!(marked, 0, "a running ingest never marks a store anew");
+    // The store is restored: it streams again from its cursor.
+    let () = redis::cmd("SET").arg(&marker_key).arg(&marker).query_async(&mut conn).await.expect("SET");
+    wait_until("the store back", Duration::from_secs(15), || {
+        metric(one.admin, "sluice_ingest_state_store_replaced") == 0.0
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(cursor(&s).await > stopped_at, "the cursor moves again");
+    let resent = metric(one.admin, "sluice_ingest_resent_records_total");
+    assert_eq!(one.terminate(), Some(0), "{}", one.log_tail());
+    let (_, duplicates) = check(&s).await;
+    eprintln!("stopped at slot {stopped_at}; {duplicates} duplicates after resuming from the cursor, {resent} counted");
+    assert_eq!(resent, duplicates as f64, "what was sent again past the cursor is counted, exactly");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_cursor_stops_the_ingest_until_told_to_resend_then_counts_every_record_sent_again() {
     let s = setup("ingest-lost-cursor", None).await;
     let mut first = Ingest::start(&s, "first");

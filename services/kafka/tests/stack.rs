@@ -18,6 +18,9 @@ struct Stack {
     kafka_port: u16,
     controller_port: u16,
     secure_port: u16,
+    /// Given too, or it would be the Kafka port + 7, which another process
+    /// may hold (CI once found it taken).
+    jmx_port: u16,
     redis_port: u16,
 }
 
@@ -30,6 +33,7 @@ impl Stack {
             .env("SLUICE_KAFKA_PORT", self.kafka_port.to_string())
             .env("SLUICE_KAFKA_CONTROLLER_PORT", self.controller_port.to_string())
             .env("SLUICE_KAFKA_SECURE_PORT", self.secure_port.to_string())
+            .env("SLUICE_KAFKA_JMX_PORT", self.jmx_port.to_string())
             .env("SLUICE_REDIS_PORT", self.redis_port.to_string())
             .output()
             .expect("running deploy/local/stack.sh")
@@ -75,6 +79,7 @@ async fn stack_up_is_idempotent_serves_kafka_and_redis_and_down_leaves_nothing()
         kafka_port: free_port(),
         controller_port: free_port(),
         secure_port: free_port(),
+        jmx_port: free_port(),
         redis_port: free_port(),
     };
 
