@@ -108,6 +108,8 @@ def stress_broker(name, r):
         ["bare rdkafka consume + commit (the client's ceiling)", n0(b["bare_consumer"]["records_per_sec"]),
          f"{b['bare_consumer']['records_per_sec'] / ceiling['records_per_sec']:.2f}", *cost_cells(b["bare_consumer_cost"])],
         [f"fair ceiling: {ceiling['variant']}", n0(ceiling["records_per_sec"]), "1.00", *cost_cells(b["ceiling_cost"])],
+        *([[f"fair ceiling in transactions, committed every {t['interval_ms']} ms", n0(t["ceiling"]["records_per_sec"]),
+            f"{t['over_plain']:.3f}", *cost_cells(t["cost"])]] if (t := b.get("ceiling_transactional")) else []),
         ["processor", n0(b["processor_records_per_sec"]), f"{b['processor_over_ceiling']:.3f}",
          *cost_cells(b["processor_cost"])],
     ]

@@ -65,6 +65,9 @@ pub struct Options {
     pub kafka_properties: Option<String>,
     /// A perf profile of this process during the open loop, into this file.
     pub profile: Option<std::path::PathBuf>,
+    /// Also drain the backlog with the fair ceiling in Kafka transactions
+    /// committed at this interval (what exactly-once outputs cost the client).
+    pub ceiling_transactions: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -87,6 +90,10 @@ pub struct Backlog {
     /// The fair ceiling: the processor's work without the processor.
     pub ceiling: Ceiling,
     pub ceiling_cost: Cost,
+    /// The fair ceiling in transactions (`--ceiling-transactions-ms`), its
+    /// cost, and its rate ÷ the plain ceiling's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ceiling_transactional: Option<TransactionalCeiling>,
     pub processor_records_per_sec: f64,
     pub processor_seconds: f64,
     pub processor_cost: Cost,
@@ -94,6 +101,14 @@ pub struct Backlog {
     pub processor_over_ceiling: f64,
     /// Sink batching while the processor drained the backlog (saturated).
     pub saturated: Sinks,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TransactionalCeiling {
+    pub interval_ms: u64,
+    pub ceiling: Ceiling,
+    pub cost: Cost,
+    pub over_plain: f64,
 }
 
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -188,7 +203,14 @@ pub async fn run(options: &Options) -> Result<Figures> {
     let traffic = Arc::new(Traffic::generate(options.transactions));
     let keys = traffic.balanced(partitions);
     let partitioner = by_map(keys.clone(), partitions);
-    let shape = Shape { mode, traffic: &traffic, partitioner: &partitioner, keys: &keys, partitions };
+    let shape = Shape {
+        mode,
+        traffic: &traffic,
+        partitioner: &partitioner,
+        keys: &keys,
+        partitions,
+        ceiling_transactions: options.ceiling_transactions,
+    };
     let backlog = backlog(&stack, &jmx, &shape).await?;
 
     // Phase 2: the highest rate the processor sustains with the feeder
@@ -228,7 +250,7 @@ async fn backlog(stack: &Stack, jmx: &Jmx, shape: &Shape<'_>) -> Result<Backlog>
     prepare_input(stack, mode, traffic, &input, partitions).await?;
     let ceiling_topic = format!("{input}.ceiling");
     stack.create_topics(&[(&ceiling_topic, partitions as i32)]).await?;
-    let swaps = ceiling::swap_payloads(traffic, 4096).await?;
+    let swaps = Arc::new(ceiling::swap_payloads(traffic, 4096).await?);
     eprintln!("  producing the backlog: {n} records to {input}");
     let produce = feed(&stack.kafka, &input, partitioner.clone(), traffic.clone(), n, None)
         .join()
@@ -244,18 +266,16 @@ async fn backlog(stack: &Stack, jmx: &Jmx, shape: &Shape<'_>) -> Result<Backlog>
     let bare_consumer_cost = before.cost(&Sample::end(stack, Some(jmx), None)?, n as u64);
 
     eprintln!("  fair ceiling ({mode:?} mode) draining the backlog");
-    let (ceiling_config, _, _) = stack.processor_config(&input, &stack.name("ceiling"), &[])?;
-    let redis = match mode {
-        Mode::Full => Some((stack.redis_url.clone(), format!("{input}:ceiling:"))),
-        Mode::Kafka => None,
+    let (ceiling, ceiling_cost) = drain_ceiling(stack, jmx, shape, &input, &ceiling_topic, &swaps, None).await?;
+    let ceiling_transactional = match shape.ceiling_transactions {
+        Some(every) => {
+            eprintln!("  fair ceiling in transactions ({} ms) draining the backlog", every.as_millis());
+            let (txn, cost) = drain_ceiling(stack, jmx, shape, &input, &ceiling_topic, &swaps, Some(every)).await?;
+            let over_plain = txn.records_per_sec / ceiling.records_per_sec.max(1e-9);
+            Some(TransactionalCeiling { interval_ms: every.as_millis() as u64, ceiling: txn, cost, over_plain })
+        }
+        None => None,
     };
-    let before = Sample::start(stack, Some(jmx), None)?;
-    let ceiling = tokio::task::spawn_blocking(move || {
-        let redis = redis.map(|(url, prefix)| ceiling::RedisApply::connect(&url, prefix)).transpose()?;
-        ceiling::run(&ceiling_config, &ceiling_topic, &swaps, redis, n as u64, Duration::from_secs(600))
-    })
-    .await??;
-    let ceiling_cost = before.cost(&Sample::end(stack, Some(jmx), None)?, n as u64);
 
     let progress = Progress::new(partitions, None);
     let before = Sample::start(stack, Some(jmx), None)?;
@@ -275,6 +295,7 @@ async fn backlog(stack: &Stack, jmx: &Jmx, shape: &Shape<'_>) -> Result<Backlog>
         bare_consumer_cost,
         ceiling,
         ceiling_cost,
+        ceiling_transactional,
         processor_records_per_sec: processor_rate,
         processor_seconds,
         processor_cost,
@@ -282,6 +303,34 @@ async fn backlog(stack: &Stack, jmx: &Jmx, shape: &Shape<'_>) -> Result<Backlog>
         processor_over_ceiling: processor_rate / ceiling.records_per_sec,
         saturated,
     })
+}
+
+/// The fair ceiling drains the backlog with a group of its own (and, with
+/// `transactions`, in transactions committed at that interval).
+async fn drain_ceiling(
+    stack: &Stack,
+    jmx: &Jmx,
+    shape: &Shape<'_>,
+    input: &str,
+    output: &str,
+    swaps: &Arc<Vec<Vec<u8>>>,
+    transactions: Option<Duration>,
+) -> Result<(Ceiling, Cost)> {
+    let n = shape.traffic.records.len();
+    let group = stack.name(if transactions.is_some() { "ceiling-txn" } else { "ceiling" });
+    let (config, _, _) = stack.processor_config(input, &group, &[])?;
+    let redis = match shape.mode {
+        Mode::Full => Some((stack.redis_url.clone(), format!("{input}:{group}:"))),
+        Mode::Kafka => None,
+    };
+    let (output, swaps) = (output.to_string(), swaps.clone());
+    let before = Sample::start(stack, Some(jmx), None)?;
+    let ceiling = tokio::task::spawn_blocking(move || {
+        let redis = redis.map(|(url, prefix)| ceiling::RedisApply::connect(&url, prefix)).transpose()?;
+        ceiling::run(&config, &output, &swaps, redis, transactions, n as u64, Duration::from_secs(600))
+    })
+    .await??;
+    Ok((ceiling, before.cost(&Sample::end(stack, Some(jmx), None)?, n as u64)))
 }
 
 /// What every phase of a run shares.
@@ -292,6 +341,7 @@ struct Shape<'a> {
     /// Key → partition, what `partitioner` deals (the feeder process gets it).
     keys: &'a HashMap<String, usize>,
     partitions: usize,
+    ceiling_transactions: Option<Duration>,
 }
 
 /// One trial of the rate search.

@@ -15,6 +15,13 @@
 //! Redis with the processor's own apply script, one `EVALSHA` per record,
 //! all in one pipeline per batch, and produces after the reply (Redis before
 //! Kafka, as the processor).
+//!
+//! The transactional variant measures what exactly-once outputs cost at the
+//! client, before any runtime is built around them (issue 16, item 4): the
+//! producer is transactional and, every interval, flushes, puts the
+//! positions its acknowledged outputs allow into the transaction
+//! (`send_offsets_to_transaction`, with the consumer's group metadata) and
+//! commits it; the consumer commits nothing itself.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -175,21 +182,61 @@ impl Positions {
     }
 }
 
+/// The transactional variant's end of a transaction: everything enqueued
+/// acknowledged, the positions that allows sent with it, committed, and the
+/// next begun.
+fn commit_transaction(
+    producer: &BaseProducer<Acks>,
+    consumer: &BaseConsumer,
+    positions: &mut Positions,
+    topic: &str,
+) -> Result<()> {
+    const CALL: Duration = Duration::from_secs(30);
+    // Not `producer.flush`: rdkafka's waits in polls of 100 ms, and every
+    // flush here took 100 ms where the deliveries took 7-18.
+    let deadline = Instant::now() + CALL;
+    while producer.in_flight_count() > 0 {
+        anyhow::ensure!(Instant::now() < deadline, "deliveries not acknowledged within {CALL:?}");
+        producer.poll(Duration::from_millis(1));
+    }
+    positions.settle(producer.context())?;
+    let mut tpl = TopicPartitionList::new();
+    for (&p, &o) in &positions.commit {
+        tpl.add_partition_offset(topic, p, Offset::Offset(o))?;
+    }
+    let group = consumer.group_metadata().context("the consumer's group metadata")?;
+    producer.send_offsets_to_transaction(&tpl, &group, CALL)?;
+    producer.commit_transaction(CALL)?;
+    producer.begin_transaction()?;
+    Ok(())
+}
+
 /// Drains `expected` records of the processor's input topic (its group in
-/// `config`), producing one of `swaps` (cycled) per record to `output`.
+/// `config`), producing one of `swaps` (cycled) per record to `output`;
+/// with `transactions`, in transactions committed at that interval.
 pub fn run(
     config: &RuntimeConfig,
     output: &str,
     swaps: &[Vec<u8>],
     mut redis: Option<RedisApply>,
+    transactions: Option<Duration>,
     expected: u64,
     timeout: Duration,
 ) -> Result<Ceiling> {
     anyhow::ensure!(!swaps.is_empty(), "no swap payloads to produce");
     let consumer: BaseConsumer = sluice_runtime::consumer::client_config(config).create()?;
     consumer.subscribe(&[&config.input_topic])?;
-    let producer: BaseProducer<Acks> =
-        sluice_runtime::output::producer_config(&config.kafka).create_with_context(Acks::default())?;
+    let mut producer_config = sluice_runtime::output::producer_config(&config.kafka);
+    if transactions.is_some() {
+        producer_config
+            .set("transactional.id", format!("{}.ceiling", config.group_id))
+            .set("transaction.timeout.ms", "60000");
+    }
+    let producer: BaseProducer<Acks> = producer_config.create_with_context(Acks::default())?;
+    if transactions.is_some() {
+        producer.init_transactions(Duration::from_secs(30))?;
+        producer.begin_transaction()?;
+    }
     let deadline = Instant::now() + timeout;
     let mut positions = Positions::default();
     let (mut records, mut batches, mut round_trips) = (0u64, 0u64, 0u64);
@@ -230,21 +277,38 @@ pub fn run(
         last = Instant::now();
         producer.poll(Duration::ZERO);
         positions.settle(producer.context())?;
-        if last_commit.elapsed() >= config.commit_interval {
-            last_commit = Instant::now();
-            positions.commit(&consumer, &config.input_topic, CommitMode::Async)?;
+        match transactions {
+            Some(every) if last_commit.elapsed() >= every => {
+                last_commit = Instant::now();
+                commit_transaction(&producer, &consumer, &mut positions, &config.input_topic)?;
+            }
+            None if last_commit.elapsed() >= config.commit_interval => {
+                last_commit = Instant::now();
+                positions.commit(&consumer, &config.input_topic, CommitMode::Async)?;
+            }
+            _ => {}
         }
+    }
+    if transactions.is_some() {
+        commit_transaction(&producer, &consumer, &mut positions, &config.input_topic)?;
     }
     producer.flush(Duration::from_secs(30))?;
     positions.settle(producer.context())?;
     if positions.incomplete() > 0 {
         bail!("{} records without an acknowledged output after the flush", positions.incomplete());
     }
-    positions.commit(&consumer, &config.input_topic, CommitMode::Sync)?;
+    if transactions.is_none() {
+        positions.commit(&consumer, &config.input_topic, CommitMode::Sync)?;
+    }
     let start = first.unwrap_or(last);
     let seconds = last.duration_since(start).as_secs_f64();
     Ok(Ceiling {
-        variant: if redis.is_some() { "consume-redis-produce" } else { "consume-produce" },
+        variant: match (redis.is_some(), transactions.is_some()) {
+            (true, false) => "consume-redis-produce",
+            (false, false) => "consume-produce",
+            (true, true) => "consume-redis-produce, transactional",
+            (false, true) => "consume-produce, transactional",
+        },
         records,
         seconds,
         records_per_sec: records as f64 / seconds.max(1e-9),

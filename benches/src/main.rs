@@ -113,6 +113,11 @@ enum Mode {
         /// per-record hand-offs).
         #[arg(long)]
         min_over_ceiling: Option<f64>,
+        /// Kafka and full: also drain the backlog with the fair ceiling in
+        /// Kafka transactions committed every this many ms (what
+        /// exactly-once outputs cost at the client).
+        #[arg(long)]
+        ceiling_transactions_ms: Option<u64>,
     },
     /// Experiment 5: a backlog drained by 1, 2 and 4 processor instances
     /// (production handler on the local broker and Redis, plus simulated IO).
@@ -312,6 +317,7 @@ fn main() -> Result<()> {
             profile,
             max_p99_us,
             min_over_ceiling,
+            ceiling_transactions_ms,
             ..
         } => {
             let mode = if mode == StressMode::Full { broker::Mode::Full } else { broker::Mode::Kafka };
@@ -324,6 +330,7 @@ fn main() -> Result<()> {
                 partitions: partitions.max(1),
                 kafka_properties,
                 profile,
+                ceiling_transactions: ceiling_transactions_ms.map(std::time::Duration::from_millis),
             };
             let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             let f = tokio.block_on(broker::run(&options))?;

@@ -34,6 +34,13 @@ pub fn print(f: &Figures) {
         b.ceiling.records_per_sec, b.ceiling.variant, b.ceiling.batches
     );
     cost_line("", &b.ceiling_cost);
+    if let Some(t) = &b.ceiling_transactional {
+        println!(
+            "  ceiling, txn {:>4} ms {:>7.0} records/s  = {:.3} × fair ceiling ({}, {} batches)",
+            t.interval_ms, t.ceiling.records_per_sec, t.over_plain, t.ceiling.variant, t.ceiling.batches
+        );
+        cost_line("", &t.cost);
+    }
     println!(
         "  processor          {:>10.0} records/s  = {:.3} × fair ceiling, {:.3} × bare consumer",
         b.processor_records_per_sec, b.processor_over_ceiling, b.processor_over_bare
