@@ -78,23 +78,32 @@ fn fresh_id() -> String {
     format!("{:x}-{:016x}", now.as_millis(), hasher.finish())
 }
 
-/// Opens the store's generation under `prefix`. With [`Expect::Recorded`]
-/// the store must already carry that generation; with
-/// [`Expect::Nothing`] an unmarked store is marked now.
+/// Opens the store's generation under `prefix`, marking an unmarked store
+/// now (what a service with no evidence of earlier state does). Returns the
+/// generation and whether this call created it.
+pub async fn open_or_create(conn: &mut impl ConnectionLike, prefix: &str) -> RedisResult<(Generation, bool)> {
+    let key = key(prefix);
+    let (created, id): (i64, String) = Script::new(OPEN).key(&key).arg(fresh_id()).invoke_async(conn).await?;
+    Ok((Generation { key, id }, created == 1))
+}
+
+/// Opens the store's generation under `prefix` as `expect` says: with
+/// [`Expect::Nothing`], [`open_or_create`]; with [`Expect::Recorded`] the
+/// store must already carry that generation, and is never marked. Returns
+/// the generation the caller's state lives in (the recorded one, even when
+/// the store lacks it) and whether this call created it, or why the store
+/// is not that generation's.
 pub async fn open(
     conn: &mut impl ConnectionLike,
     prefix: &str,
     expect: &Expect,
-) -> RedisResult<Result<(Generation, bool), Lost>> {
-    let key = key(prefix);
+) -> RedisResult<(Generation, Result<bool, Lost>)> {
     match expect {
-        Expect::Nothing => {
-            let (created, id): (i64, String) = Script::new(OPEN).key(&key).arg(fresh_id()).invoke_async(conn).await?;
-            Ok(Ok((Generation { key, id }, created == 1)))
-        }
+        Expect::Nothing => open_or_create(conn, prefix).await.map(|(generation, created)| (generation, Ok(created))),
         Expect::Recorded(expected) => {
-            let generation = Generation { key, id: expected.clone() };
-            Ok(check(conn, &generation).await?.map(|()| (generation, false)))
+            let generation = Generation { key: key(prefix), id: expected.clone() };
+            let verdict = check(conn, &generation).await?;
+            Ok((generation, verdict.map(|()| false)))
         }
     }
 }

@@ -121,12 +121,14 @@ async fn a_generation_is_created_once_and_a_reset_store_reads_as_lost() {
     use sluice_coord::generation::{self, Expect, Lost};
     let mut c = conn().await;
     let prefix = format!("{}:", unique("gen"));
-    let (made, created) = generation::open(&mut c, &prefix, &Expect::Nothing).await.expect("redis").expect("opens");
+    let (made, created) = generation::open_or_create(&mut c, &prefix).await.expect("redis");
     assert!(created, "an unmarked store gets a marker");
-    let (again, created) = generation::open(&mut c, &prefix, &Expect::Nothing).await.expect("redis").expect("opens");
+    let (again, created) = generation::open(&mut c, &prefix, &Expect::Nothing).await.expect("redis");
+    let created = created.expect("opens");
     assert_eq!((again.clone(), created), (made.clone(), false), "a marked store keeps its marker");
     let recorded = Expect::Recorded(made.id.clone());
-    assert!(generation::open(&mut c, &prefix, &recorded).await.expect("redis").is_ok(), "the recorded one matches");
+    let (opened, verdict) = generation::open(&mut c, &prefix, &recorded).await.expect("redis");
+    assert!(verdict.is_ok() && opened == made, "the recorded one matches");
     assert_eq!(generation::check(&mut c, &made).await.expect("redis"), Ok(()));
 
     // A fenced write checks the generation in the same step as it writes.
@@ -148,12 +150,14 @@ async fn a_generation_is_created_once_and_a_reset_store_reads_as_lost() {
     let exists: i64 = redis::cmd("EXISTS").arg(&data).query_async(&mut c).await.expect("redis");
     assert_eq!(exists, 0, "the refused script wrote nothing");
     // A service that recorded the old generation elsewhere does not mark the store anew.
-    let lost = generation::open(&mut c, &prefix, &recorded).await.expect("redis").expect_err("lost");
+    let (expected, verdict) = generation::open(&mut c, &prefix, &recorded).await.expect("redis");
+    assert_eq!(expected, made, "the generation the state lives in, though the store lacks it");
+    let lost = verdict.expect_err("lost");
     assert!(matches!(lost, Lost::Missing { .. }), "{lost}");
     let marked: i64 = redis::cmd("EXISTS").arg(&made.key).query_async(&mut c).await.expect("redis");
     assert_eq!(marked, 0, "opening with a recorded generation never creates a marker");
     // Another store: a new marker, which the old generation does not match.
-    let (other, _) = generation::open(&mut c, &prefix, &Expect::Nothing).await.expect("redis").expect("opens");
+    let (other, _) = generation::open_or_create(&mut c, &prefix).await.expect("redis");
     assert_ne!(other.id, made.id);
     assert!(matches!(generation::check(&mut c, &made).await.expect("redis"), Err(Lost::Changed { .. })));
 }

@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 
 use redis::aio::ConnectionManager;
 use redis::{RedisResult, Script};
-use sluice_coord::generation::{self, Expect, GENERATION_GUARD, Generation, Lost};
+use sluice_coord::generation::{self, GENERATION_GUARD, Generation, Lost};
 use sluice_coord::{Claim, LEASED_FENCE_CHECK};
 
 /// Key names under one prefix.
@@ -89,9 +89,7 @@ impl Store {
         if let Some(g) = self.generation.get() {
             return Ok(g.clone());
         }
-        let opened = generation::open(&mut self.conn.clone(), &self.prefix, &Expect::Nothing).await?;
-        let (opened, created) =
-            opened.map_err(|lost| redis::RedisError::from((redis::ErrorKind::Io, "generation", lost.to_string())))?;
+        let (opened, created) = generation::open_or_create(&mut self.conn.clone(), &self.prefix).await?;
         tracing::info!(key = %opened.key, generation = %opened.id, created, "Redis state generation opened");
         Ok(self.generation.get_or_init(|| opened).clone())
     }

@@ -254,14 +254,11 @@ impl Writer {
     /// and hands each caller its replies. While the store is lost only the
     /// marker is read; once it is back, the batch goes out.
     async fn serve(&self, mut conn: ConnectionManager, mut batch: Vec<Op>) -> ConnectionManager {
-        let Some(marker) = self.guard.generation().map(|g| g.key.clone()) else {
-            unreachable!("the first connection opens the generation")
-        };
         let mut send = self.guard.lost().is_none();
         loop {
             let mut pipe = redis::pipe();
             pipe.ignore_errors();
-            pipe.cmd("GET").arg(&marker);
+            pipe.cmd("GET").arg(self.guard.key());
             let counts: Vec<usize> = batch.iter().map(|op| op.cmds.len()).collect();
             let commands: usize = if send { counts.iter().sum() } else { 0 };
             if send {

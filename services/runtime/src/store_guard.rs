@@ -21,6 +21,8 @@ use sluice_coord::generation::{self, Expect, Generation, Lost};
 #[derive(Debug)]
 pub(crate) struct StoreGuard {
     prefix: String,
+    /// The marker's key, `<prefix>generation`.
+    key: String,
     expect: Expect,
     generation: OnceLock<Generation>,
     lost: Mutex<Option<Lost>>,
@@ -31,7 +33,19 @@ pub(crate) struct StoreGuard {
 impl StoreGuard {
     pub(crate) fn new(prefix: &str, expect: Expect, gauge: IntGauge) -> Self {
         gauge.set(0);
-        Self { prefix: prefix.to_string(), expect, generation: OnceLock::new(), lost: Mutex::new(None), gauge }
+        Self {
+            prefix: prefix.to_string(),
+            key: generation::key(prefix),
+            expect,
+            generation: OnceLock::new(),
+            lost: Mutex::new(None),
+            gauge,
+        }
+    }
+
+    /// The marker's key, read at the head of every pipeline.
+    pub(crate) fn key(&self) -> &str {
+        &self.key
     }
 
     /// The generation this sink writes into, once its first connection
@@ -53,21 +67,18 @@ impl StoreGuard {
             self.judge(found);
             return Ok(());
         }
-        match generation::open(conn, &self.prefix, &self.expect).await? {
-            Ok((generation, created)) => {
-                if created {
-                    tracing::info!(key = %generation.key, generation = %generation.id, "Redis had no state yet: marked it as a new generation");
-                } else {
-                    tracing::info!(key = %generation.key, generation = %generation.id, "Redis state generation opened");
-                }
-                let _ = self.generation.set(generation);
+        let (generation, opened) = generation::open(conn, &self.prefix, &self.expect).await?;
+        match opened {
+            Ok(true) => {
+                tracing::info!(key = %generation.key, generation = %generation.id, "Redis had no state yet: marked it as a new generation")
             }
-            Err(lost) => {
-                let Expect::Recorded(id) = &self.expect else { unreachable!("only a recorded generation can be lost") };
-                let _ = self.generation.set(Generation { key: generation::key(&self.prefix), id: id.clone() });
-                self.judge(Err(lost));
+            Ok(false) => {
+                tracing::info!(key = %generation.key, generation = %generation.id, "Redis state generation opened")
             }
+            Err(_) => {}
         }
+        let _ = self.generation.set(generation);
+        self.judge(opened.map(|_| ()));
         Ok(())
     }
 

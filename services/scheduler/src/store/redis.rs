@@ -8,7 +8,7 @@ use redis::aio::ConnectionManager;
 use redis::{RedisError, Script};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use sluice_coord::generation::{self, Expect, Generation};
+use sluice_coord::generation::{self, Generation};
 
 use super::history::texts;
 use super::keys::{JobKeys, queued_value};
@@ -163,9 +163,7 @@ impl RedisStore {
     /// unmarked store is marked now): from then on every script refuses to
     /// write into a store without it. Returns it.
     pub async fn open_generation(&self) -> redis::RedisResult<Generation> {
-        let opened = generation::open(&mut self.conn.clone(), &self.prefix, &Expect::Nothing).await?;
-        let (generation, created) =
-            opened.map_err(|lost| RedisError::from((redis::ErrorKind::Io, "generation", lost.to_string())))?;
+        let (generation, created) = generation::open_or_create(&mut self.conn.clone(), &self.prefix).await?;
         tracing::info!(key = %generation.key, generation = %generation.id, created, "Redis state generation opened");
         let _ = self.generation.set(GenerationArg { key: generation.key.clone(), id: generation.id.clone() });
         Ok(generation)
