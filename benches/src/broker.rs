@@ -68,6 +68,9 @@ pub struct Options {
     /// Also drain the backlog with the fair ceiling in Kafka transactions
     /// committed at this interval (what exactly-once outputs cost the client).
     pub ceiling_transactions: Option<Duration>,
+    /// Also run the processor with exactly-once outputs, transactions at
+    /// this interval (backlog drains and an open loop, same run).
+    pub exactly_once: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -79,6 +82,10 @@ pub struct Figures {
     pub ramp: Vec<Trial>,
     pub max_sustained_rate: Option<f64>,
     pub open_loop: OpenLoop,
+    /// The open loop again, at the same rate, with exactly-once outputs
+    /// (latency to the handler's completion: the transaction commits later).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub open_loop_exactly_once: Option<OpenLoop>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -101,6 +108,66 @@ pub struct Backlog {
     pub processor_over_ceiling: f64,
     /// Sink batching while the processor drained the backlog (saturated).
     pub saturated: Sinks,
+    /// With `--exactly-once-ms`: the backlog drained again exactly-once,
+    /// then at-least-once again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exactly_once: Option<ExactlyOnceDrains>,
+}
+
+/// Exactly-once against at-least-once on the same backlog, drained
+/// alternately ([`EXACTLY_ONCE_DRAINS`] of each, the backlog's first drain
+/// the first at-least-once one), so the machine's and the broker's drift
+/// over the run (a broker still compiling, a noisy neighbour) falls on both.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExactlyOnceDrains {
+    pub interval_ms: u64,
+    pub at_least_once: Vec<Drain>,
+    pub exactly_once: Vec<Drain>,
+    /// Medians of each: records/s and CPU-µs per record.
+    pub at_least_once_median: Medians,
+    pub exactly_once_median: Medians,
+    /// Exactly-once ÷ at-least-once, of the median rates.
+    pub over_at_least_once: f64,
+    /// Of the exactly-once drains, together.
+    pub transactions_committed: u64,
+    pub transactions_aborted: u64,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Medians {
+    pub records_per_sec: f64,
+    /// Processor + broker + Redis.
+    pub system_cpu_us_per_record: f64,
+    pub process_cpu_us_per_record: f64,
+}
+
+impl Medians {
+    fn of(drains: &[Drain]) -> Self {
+        let median = |f: &dyn Fn(&Drain) -> f64| {
+            let mut v: Vec<f64> = drains.iter().map(f).collect();
+            v.sort_by(f64::total_cmp);
+            v.get(v.len() / 2).copied().unwrap_or(0.0)
+        };
+        Self {
+            records_per_sec: median(&|d| d.records_per_sec),
+            system_cpu_us_per_record: median(&|d| {
+                let c = &d.cost.cpu_us_per_record;
+                c.process + c.broker + c.redis
+            }),
+            process_cpu_us_per_record: median(&|d| d.cost.cpu_us_per_record.process),
+        }
+    }
+}
+
+/// Drains of each kind in the exactly-once comparison.
+const EXACTLY_ONCE_DRAINS: usize = 3;
+
+/// One drain of the backlog by the processor.
+#[derive(Debug, Clone, Serialize)]
+pub struct Drain {
+    pub records_per_sec: f64,
+    pub seconds: f64,
+    pub cost: Cost,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -136,6 +203,43 @@ pub struct OpenLoop {
     pub kafka: KafkaFigures,
     /// Completions the schedule could not place (should be 0).
     pub unscheduled: u64,
+    /// Exactly-once mode: transactions ended and how long ending one took.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transactions: Option<TransactionFigures>,
+}
+
+/// The processor's transactions over an exactly-once run.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct TransactionFigures {
+    pub committed: u64,
+    pub aborted: u64,
+    /// Close to reopen: what releases into the next transaction wait.
+    pub end_mean_ms: f64,
+    /// The share of ends that took over 50 ms (a histogram bucket bound).
+    pub ends_over_50ms: f64,
+}
+
+fn transaction_figures(metrics: &RuntimeMetrics) -> Option<TransactionFigures> {
+    let h = &metrics.transaction_seconds;
+    let count = h.get_sample_count();
+    if count == 0 {
+        return None;
+    }
+    use prometheus::core::Collector;
+    let within_50ms = h
+        .collect()
+        .first()
+        .and_then(|f| f.get_metric().first().cloned())
+        .and_then(|m| {
+            m.get_histogram().get_bucket().iter().find(|b| b.upper_bound() >= 0.05).map(|b| b.cumulative_count())
+        })
+        .unwrap_or(count);
+    Some(TransactionFigures {
+        committed: metrics.transactions.with_label_values(&["committed"]).get(),
+        aborted: metrics.transactions.with_label_values(&["aborted"]).get(),
+        end_mean_ms: h.get_sample_sum() * 1000.0 / count as f64,
+        ends_over_50ms: 1.0 - within_50ms as f64 / count as f64,
+    })
 }
 
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -210,6 +314,7 @@ pub async fn run(options: &Options) -> Result<Figures> {
         keys: &keys,
         partitions,
         ceiling_transactions: options.ceiling_transactions,
+        exactly_once: options.exactly_once,
     };
     let backlog = backlog(&stack, &jmx, &shape).await?;
 
@@ -227,7 +332,16 @@ pub async fn run(options: &Options) -> Result<Figures> {
         .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))));
     let rate = options.rate.unwrap_or(0.7 * max_sustained.unwrap_or(backlog.processor_records_per_sec));
     let profile = options.profile.as_deref();
-    let open_loop = open_loop(&stack, Some(&jmx), &shape, rate, options.seconds, "open", profile).await?;
+    let open_loop_exactly_once = match options.exactly_once {
+        Some(every) => {
+            let extra = exactly_once_settings(every);
+            let run = Run { label: "open-eos", profile: None, extra: &extra };
+            Some(open_loop(&stack, Some(&jmx), &shape, rate, options.seconds, run).await?)
+        }
+        None => None,
+    };
+    let run = Run { label: "open", profile, extra: &[] };
+    let open_loop = open_loop(&stack, Some(&jmx), &shape, rate, options.seconds, run).await?;
     for failure in stack.delete_run_topics().await {
         eprintln!("  could not delete a topic of this run: {failure}");
     }
@@ -238,6 +352,7 @@ pub async fn run(options: &Options) -> Result<Figures> {
         ramp,
         max_sustained_rate: max_sustained,
         open_loop,
+        open_loop_exactly_once,
     })
 }
 
@@ -277,18 +392,13 @@ async fn backlog(stack: &Stack, jmx: &Jmx, shape: &Shape<'_>) -> Result<Backlog>
         None => None,
     };
 
-    let progress = Progress::new(partitions, None);
-    let before = Sample::start(stack, Some(jmx), None)?;
-    let processor = start_processor(stack, mode, traffic, &input, &stack.name("drain"), &[], Probe::of(&progress))?;
-    await_done(&progress, n as u64, "processor draining the backlog", Duration::from_secs(900)).await?;
-    let processor_cost = before.cost(&Sample::end(stack, Some(jmx), None)?, n as u64);
-    // One more statistics interval, so the producer's counters are current.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let saturated =
-        Sinks { redis: redis_figures(&processor.metrics, n as u64, None), kafka: kafka_figures(&processor.metrics) };
-    processor.stop().await?;
-    let processor_seconds = progress.span_seconds();
-    let processor_rate = n as f64 / processor_seconds.max(1e-9);
+    let (drain, saturated, _) = drain_processor(stack, jmx, shape, &input, "drain", &[]).await?;
+    let (processor_rate, processor_seconds, processor_cost) =
+        (drain.records_per_sec, drain.seconds, drain.cost.clone());
+    let exactly_once = match shape.exactly_once {
+        Some(every) => Some(drain_exactly_once(stack, jmx, shape, &input, every, &drain).await?),
+        None => None,
+    };
     Ok(Backlog {
         produce,
         bare_consumer: bare,
@@ -302,6 +412,75 @@ async fn backlog(stack: &Stack, jmx: &Jmx, shape: &Shape<'_>) -> Result<Backlog>
         processor_over_bare: processor_rate / bare.records_per_sec,
         processor_over_ceiling: processor_rate / ceiling.records_per_sec,
         saturated,
+        exactly_once,
+    })
+}
+
+/// The processor drains the backlog in `input` with a group of its own.
+async fn drain_processor(
+    stack: &Stack,
+    jmx: &Jmx,
+    shape: &Shape<'_>,
+    input: &str,
+    label: &str,
+    extra: &[(&str, String)],
+) -> Result<(Drain, Sinks, RuntimeMetrics)> {
+    let n = shape.traffic.records.len();
+    let progress = Progress::new(shape.partitions, None);
+    let before = Sample::start(stack, Some(jmx), None)?;
+    let group = stack.name(label);
+    let processor = start_processor(stack, shape.mode, shape.traffic, input, &group, extra, Probe::of(&progress))?;
+    await_done(&progress, n as u64, &format!("processor draining the backlog ({label})"), Duration::from_secs(900))
+        .await?;
+    let cost = before.cost(&Sample::end(stack, Some(jmx), None)?, n as u64);
+    // One more statistics interval, so the producer's counters are current.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let metrics = processor.metrics.clone();
+    let saturated = Sinks { redis: redis_figures(&metrics, n as u64, None), kafka: kafka_figures(&metrics) };
+    processor.stop().await?;
+    let seconds = progress.span_seconds();
+    Ok((Drain { records_per_sec: n as f64 / seconds.max(1e-9), seconds, cost }, saturated, metrics))
+}
+
+fn exactly_once_settings(every: Duration) -> [(&'static str, String); 2] {
+    [("EXACTLY_ONCE", "true".to_string()), ("TRANSACTION_INTERVAL_MS", every.as_millis().to_string())]
+}
+
+/// The backlog drained exactly-once and at-least-once in turn, after the
+/// `first` at-least-once drain.
+async fn drain_exactly_once(
+    stack: &Stack,
+    jmx: &Jmx,
+    shape: &Shape<'_>,
+    input: &str,
+    every: Duration,
+    first: &Drain,
+) -> Result<ExactlyOnceDrains> {
+    let settings = exactly_once_settings(every);
+    let (mut at_least_once, mut exactly_once) = (vec![first.clone()], Vec::new());
+    let (mut committed, mut aborted) = (0, 0);
+    for i in 0..EXACTLY_ONCE_DRAINS {
+        eprintln!("  processor draining the backlog with exactly-once outputs ({} ms transactions)", every.as_millis());
+        let (drain, _, metrics) =
+            drain_processor(stack, jmx, shape, input, &format!("drain-eos{i}"), &settings).await?;
+        committed += metrics.transactions.with_label_values(&["committed"]).get();
+        aborted += metrics.transactions.with_label_values(&["aborted"]).get();
+        exactly_once.push(drain);
+        if at_least_once.len() < EXACTLY_ONCE_DRAINS {
+            eprintln!("  processor draining the backlog at-least-once again");
+            at_least_once.push(drain_processor(stack, jmx, shape, input, &format!("drain-alo{i}"), &[]).await?.0);
+        }
+    }
+    let (a, e) = (Medians::of(&at_least_once), Medians::of(&exactly_once));
+    Ok(ExactlyOnceDrains {
+        interval_ms: every.as_millis() as u64,
+        over_at_least_once: e.records_per_sec / a.records_per_sec.max(1e-9),
+        at_least_once_median: a,
+        exactly_once_median: e,
+        at_least_once,
+        exactly_once,
+        transactions_committed: committed,
+        transactions_aborted: aborted,
     })
 }
 
@@ -342,6 +521,15 @@ struct Shape<'a> {
     keys: &'a HashMap<String, usize>,
     partitions: usize,
     ceiling_transactions: Option<Duration>,
+    exactly_once: Option<Duration>,
+}
+
+/// What names one open loop and sets it apart: its topics' and group's
+/// label, a perf profile to record, further processor settings.
+struct Run<'a> {
+    label: &'a str,
+    profile: Option<&'a std::path::Path>,
+    extra: &'a [(&'a str, String)],
 }
 
 /// One trial of the rate search.
@@ -367,7 +555,9 @@ async fn ramp(stack: &Stack, shape: &Shape<'_>, backlog_rate: f64) -> Result<Vec
     let mut trials: Vec<Trial> = Vec::new();
     let mut rate = (0.4 * backlog_rate).max(500.0);
     for step in 0..16 {
-        let o = open_loop(stack, None, shape, rate, TRIAL_SECONDS, &format!("trial{step}"), None).await?;
+        let label = format!("trial{step}");
+        let o = open_loop(stack, None, shape, rate, TRIAL_SECONDS, Run { label: &label, profile: None, extra: &[] })
+            .await?;
         let p99_ms = o.latency.p99_ns as f64 / 1e6;
         let sustained = o.seconds <= TRIAL_SECONDS + 0.5
             && o.fed.seconds <= TRIAL_SECONDS * 1.02
@@ -401,9 +591,9 @@ async fn open_loop(
     shape: &Shape<'_>,
     rate: f64,
     seconds: f64,
-    label: &str,
-    profile: Option<&std::path::Path>,
+    run: Run<'_>,
 ) -> Result<OpenLoop> {
+    let Run { label, profile, extra } = run;
     let (mode, traffic, partitions) = (shape.mode, shape.traffic, shape.partitions);
     let total = (rate * seconds) as usize;
     let input = stack.name(label);
@@ -422,7 +612,7 @@ async fn open_loop(
         partition_count: partitions,
     };
     let mut feeder = tokio::task::spawn_blocking(move || Feeder::spawn(&spec)).await??;
-    let processor = start_processor(stack, mode, traffic, &input, &stack.name(label), &[], Probe::of(&progress))?;
+    let processor = start_processor(stack, mode, traffic, &input, &stack.name(label), extra, Probe::of(&progress))?;
     await_assigned(std::slice::from_ref(&processor), partitions, Duration::from_secs(60)).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let connections = Stack::redis_clients(&mut conn).await? - clients_before;
@@ -460,6 +650,7 @@ async fn open_loop(
         redis,
         kafka,
         unscheduled: progress.unscheduled.load(std::sync::atomic::Ordering::Relaxed),
+        transactions: transaction_figures(&metrics),
     })
 }
 

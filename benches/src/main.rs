@@ -118,6 +118,12 @@ enum Mode {
         /// exactly-once outputs cost at the client).
         #[arg(long)]
         ceiling_transactions_ms: Option<u64>,
+        /// Kafka and full: also run the processor with exactly-once outputs
+        /// (Kafka transactions every this many ms), same run: the backlog
+        /// drained at-least-once, exactly-once, at-least-once again, and an
+        /// exactly-once open loop at the same rate as the first.
+        #[arg(long)]
+        exactly_once_ms: Option<u64>,
     },
     /// Experiment 5: a backlog drained by 1, 2 and 4 processor instances
     /// (production handler on the local broker and Redis, plus simulated IO).
@@ -318,6 +324,7 @@ fn main() -> Result<()> {
             max_p99_us,
             min_over_ceiling,
             ceiling_transactions_ms,
+            exactly_once_ms,
             ..
         } => {
             let mode = if mode == StressMode::Full { broker::Mode::Full } else { broker::Mode::Kafka };
@@ -331,6 +338,7 @@ fn main() -> Result<()> {
                 kafka_properties,
                 profile,
                 ceiling_transactions: ceiling_transactions_ms.map(std::time::Duration::from_millis),
+                exactly_once: exactly_once_ms.map(std::time::Duration::from_millis),
             };
             let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             let f = tokio.block_on(broker::run(&options))?;

@@ -46,6 +46,31 @@ pub fn print(f: &Figures) {
         b.processor_records_per_sec, b.processor_over_ceiling, b.processor_over_bare
     );
     cost_line("", &b.processor_cost);
+    if let Some(e) = &b.exactly_once {
+        let rates = |d: &[crate::broker::Drain]| {
+            d.iter().map(|d| format!("{:.0}", d.records_per_sec)).collect::<Vec<_>>().join(", ")
+        };
+        let (a, x) = (&e.at_least_once_median, &e.exactly_once_median);
+        println!(
+            "  exactly-once {:>4} ms: median {:.0} records/s = {:.3} × at-least-once's {:.0} (drains {} vs {}); \
+             system CPU-µs/record {:.2} vs {:.2}, processor {:.2} vs {:.2}; {} transactions committed, {} aborted",
+            e.interval_ms,
+            x.records_per_sec,
+            e.over_at_least_once,
+            a.records_per_sec,
+            rates(&e.exactly_once),
+            rates(&e.at_least_once),
+            x.system_cpu_us_per_record,
+            a.system_cpu_us_per_record,
+            x.process_cpu_us_per_record,
+            a.process_cpu_us_per_record,
+            e.transactions_committed,
+            e.transactions_aborted
+        );
+        for d in &e.exactly_once {
+            cost_line("exactly-once", &d.cost);
+        }
+    }
     if let Some(max) = f.max_sustained_rate {
         println!("  max sustained      {max:>10.0} records/s (feeder running; {} trials)", f.ramp.len());
     }
@@ -63,6 +88,27 @@ pub fn print(f: &Figures) {
         o.p99_over_p50
     );
     cost_line("open loop", &o.cost);
+    if let Some(e) = &f.open_loop_exactly_once {
+        let l = &e.latency;
+        println!(
+            "  open loop, exactly-once {:.0} records/s achieved; due → handled p50 {:.2} ms  p99 {:.2} ms  max {:.2} ms",
+            e.records_per_sec,
+            ms(l.p50_ns),
+            ms(l.p99_ns),
+            ms(l.max_ns)
+        );
+        cost_line("", &e.cost);
+        if let Some(t) = &e.transactions {
+            println!(
+                "  {:<18} {} transactions committed, {} aborted; ending one took {:.1} ms on average, {:.1}% over 50 ms",
+                "",
+                t.committed,
+                t.aborted,
+                t.end_mean_ms,
+                t.ends_over_50ms * 100.0
+            );
+        }
+    }
     println!("  peak RSS           {:.0} MiB (bench process)", o.peak_rss_mib);
     println!(
         "  redis              {:.2} round trips/1000 records, {:.1} commands/round trip, {} connections",

@@ -4,11 +4,15 @@
 # bound to 127.0.0.1, for tests and the demo. No Docker; installs what is missing
 # (Debian's redis-server, Kafka's jars from Maven Central) on first use.
 #
-# Usage: deploy/local/stack.sh up|down|status|topics|env
+# Usage: deploy/local/stack.sh up|down|status|topics|restart kafka|redis|redis-wipe|redis-restore|env
 #   up      start Kafka and Redis (if not running), wait until both answer, create topics
 #   down    stop both (Kafka gets up to 30 s for a clean shutdown), leave nothing running
 #   status  running/stopped for each; exit 0 if both run, 3 otherwise
 #   topics  create the project topics if they do not exist (Kafka must be up)
+#   restart kafka|redis  stop one cleanly and start it again on its data (faults for tests)
+#   redis-wipe     restart Redis on an empty data dir (the old one kept aside): a store that
+#                  lost everything, as after a failover to an empty replica
+#   redis-restore  restart Redis on the data dir redis-wipe kept aside
 #   env     print export lines: eval "$(deploy/local/stack.sh env)"
 #
 # Configuration (environment; for an existing stack dir, values saved by its last `up`
@@ -301,6 +305,39 @@ cmd_down() {
   if ((stopped)); then log "stopped ($STACK_DIR)"; else log "nothing running ($STACK_DIR)"; fi
 }
 
+# Stops one of the stack's two processes cleanly and starts it again, waiting until it
+# answers; with `wipe`/`restore` (Redis), on an empty data dir or on the one kept aside.
+cmd_restart() { # kafka|redis [wipe|restore]
+  local name=$1 how=${2:-} pid
+  [[ $name == kafka || $name == redis ]] || usage
+  [[ -d $STACK_DIR ]] || die "no stack at $STACK_DIR: run 'up' first"
+  lock_stack
+  pid=$(find_pid "$name") || die "$name is not running ($STACK_DIR)"
+  log "stopping $name (pid $pid)"
+  stop_pid "$name" "$pid" "$([[ $name == kafka ]] && echo 30 || echo 10)"
+  rm -f "$STACK_DIR/$name.pid"
+  DEADLINE=$((SECONDS + START_TIMEOUT))
+  if [[ $name == kafka ]]; then
+    start_kafka
+    wait_kafka
+    return
+  fi
+  case $how in
+    wipe)
+      rm -rf "$STACK_DIR/redis.wiped" && mv "$STACK_DIR/redis" "$STACK_DIR/redis.wiped" &&
+        mkdir -p "$STACK_DIR/redis" || die "moving Redis's data aside failed"
+      log "Redis's data moved aside to $STACK_DIR/redis.wiped; starting it empty"
+      ;;
+    restore)
+      [[ -d $STACK_DIR/redis.wiped ]] || die "nothing to restore: no $STACK_DIR/redis.wiped"
+      rm -rf "$STACK_DIR/redis" && mv "$STACK_DIR/redis.wiped" "$STACK_DIR/redis" || die "restoring Redis's data failed"
+      log "Redis's data restored from $STACK_DIR/redis.wiped"
+      ;;
+  esac
+  start_redis
+  wait_redis
+}
+
 cmd_status() {
   local rc=0
   show_status kafka "$BOOTSTRAP" port_open "$KAFKA_PORT" || rc=3
@@ -330,13 +367,16 @@ cmd_env() {
   log "export SLUICE_KAFKA_HOME=$KAFKA_HOME"
 }
 
-[[ $# -eq 1 ]] || usage
+[[ $# -eq 1 || ($# -eq 2 && $1 == restart) ]] || usage
 check_config
 case $1 in
   up) cmd_up ;;
   down) cmd_down ;;
   status) cmd_status ;;
   topics) cmd_topics ;;
+  restart) cmd_restart "${2:-}" ;;
+  redis-wipe) cmd_restart redis wipe ;;
+  redis-restore) cmd_restart redis restore ;;
   env) cmd_env ;;
   *) usage ;;
 esac

@@ -9,8 +9,9 @@
 #
 # Usage: deploy/local/test.sh [PART [ARGS…]]
 #   (no part)      every part, cheapest first: static, unit, then with the stack bench-smoke,
-#                  chart (with the demo smoke), integration. A failing part does not stop
-#                  the others; the run fails if any part failed. CI runs this.
+#                  chart (with the demo smoke), integration, and last the soak (on a stack of
+#                  its own). A failing part does not stop the others; the run fails if any
+#                  part failed. CI runs this.
 #   static         formatting and the architecture invariants (ARCHITECTURE.md)
 #   unit           the tests that need no stack, with its variables unset: every library's
 #                  and binary's unit tests and the doc tests; the examples must build
@@ -21,6 +22,9 @@
 #   demo-smoke     the whole system for 20 s, scraped by a real Prometheus with deploy/'s rules
 #   chart          the chart, alert and dashboard checks; runs the demo smoke first (they
 #                  read its scrapes and query its Prometheus)
+#   soak           the chaos soak: sluice-demo --chaos for 150 s on a stack of its own (the
+#                  test stack's dir with -soak, ports +10000), whose broker and Redis it
+#                  restarts; must PASS
 # Only the parts that need the stack start it; it is stopped on exit. The run ends with
 # each part's outcome and, after cargo tests, "summary: N passed, M failed" over all binaries.
 #
@@ -272,6 +276,31 @@ demo_smoke() {
   rm -rf "$out"
 }
 
+# The chaos soak (services/demo/src/chaos.rs): every fault at once, exactly-once outputs,
+# then the outputs checked against the chain. On a stack of its own: it restarts the
+# broker, restarts Redis and wipes it, which would break any test sharing them.
+part_soak() {
+  say "chaos soak: 150 s of the whole system under every fault at once, exactly-once outputs; must PASS"
+  local out target_dir
+  cargo build --locked -q --bins
+  export SLUICE_STACK_DIR="$SLUICE_STACK_DIR-soak"
+  export SLUICE_KAFKA_PORT=$((SLUICE_KAFKA_PORT + 10000))
+  export SLUICE_KAFKA_CONTROLLER_PORT=$((SLUICE_KAFKA_PORT + 1)) SLUICE_REDIS_PORT=$((SLUICE_REDIS_PORT + 10000))
+  trap '"$HERE/stack.sh" down >"$LOGS/soak-stack-down.log" 2>&1' EXIT
+  "$HERE/stack.sh" up >"$LOGS/soak-stack.log" 2>&1 || die "the soak's stack did not start (log: $LOGS/soak-stack.log)"
+  eval "$("$HERE/stack.sh" env)"
+  out=$(mktemp -d)
+  target_dir=$(cargo metadata --locked --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+  "$target_dir/debug/sluice-demo" --chaos --seconds 150 --rate 500 --drain-timeout-seconds 240 \
+    --out "$out/soak" --logs "$LOGS/soak" >"$LOGS/soak.out" 2>&1 || {
+    tail -n 60 "$LOGS/soak.out" >&2
+    die "the chaos soak failed (output: $LOGS/soak.out, logs: $LOGS/soak)"
+  }
+  grep -E '^   chaos at' "$LOGS/soak.out" || true
+  tail -n 18 "$LOGS/soak.out"
+  rm -rf "$out"
+}
+
 part_demo_smoke() {
   demo_smoke
   stop_prometheus
@@ -347,7 +376,7 @@ finish() {
 part=${1:-all}
 (($# == 0)) || shift
 case $part in
-  all | static | unit | integration | bench-smoke | demo-smoke | chart) (($# == 0)) || usage ;;
+  all | static | unit | integration | bench-smoke | demo-smoke | chart | soak) (($# == 0)) || usage ;;
   cargo) ;;
   *)
     printf 'test.sh: unknown part: %s\n' "$part" >&2
@@ -357,7 +386,7 @@ esac
 
 need_cargo
 [[ $part == static ]] || need_build
-case $part in integration | cargo | bench-smoke | demo-smoke | chart | all) need_java ;; esac
+case $part in integration | cargo | bench-smoke | demo-smoke | chart | soak | all) need_java ;; esac
 mkdir -p "$LOGS"
 rm -f "$LOGS"/cargo-*.log
 
@@ -369,6 +398,7 @@ case $part in
     run_part bench-smoke part_bench_smoke
     run_part chart part_chart
     run_part integration part_integration
+    run_part soak part_soak
     ;;
   static) run_part static part_static ;;
   unit) run_part unit part_unit ;;
@@ -376,6 +406,7 @@ case $part in
     start_stack
     run_part cargo part_cargo "$@"
     ;;
+  soak) run_part soak part_soak ;;
   *)
     start_stack
     run_part "$part" "part_${part//-/_}"

@@ -586,6 +586,26 @@ def scheduler_admin_checks(args, rendered):
         check(insecure is None, f"the real scheduler starts open with adminInsecure=true{': ' + insecure if insecure else ''}")
 
 
+def exactly_once_checks(args, rendered):
+    """processor.exactlyOnce: off by default; on, the three settings reach the processors, and the
+    real processor accepts them."""
+    env = container_env(find(rendered.get("defaults", []), "Deployment", "-processor")[0])
+    check(env["SLUICE_PROCESSOR_EXACTLY_ONCE"]["value"] == "false", "exactly-once outputs are off by default")
+    on = render(args, "--set", "processor.exactlyOnce.enabled=true", "--set", "processor.exactlyOnce.transactionIntervalMs=50")
+    processor = find(on, "Deployment", "-processor")[0]
+    env = {k: e.get("value") for k, e in container_env(processor).items()}
+    wanted = {"SLUICE_PROCESSOR_EXACTLY_ONCE": "true", "SLUICE_PROCESSOR_TRANSACTION_INTERVAL_MS": "50",
+              "SLUICE_PROCESSOR_TRANSACTION_TIMEOUT_MS": "10000"}
+    check(all(env.get(k) == v for k, v in wanted.items()), f"processor.exactlyOnce reaches the processors ({ {k: env.get(k) for k in wanted} })")
+    binary = workspace_binary("processor")
+    check(binary.exists(), f"the processor binary is built ({binary})")
+    if binary.exists():
+        local = {"SLUICE_PROCESSOR_KAFKA_BROKERS": "127.0.0.1:1", "SLUICE_PROCESSOR_REDIS_URL": "redis://127.0.0.1:1",
+                 "SLUICE_PROCESSOR_ADMIN_LISTEN": "127.0.0.1:0"}
+        accepted = run_with_chart_env(binary, processor, local)
+        check(accepted is None, f"the real processor accepts the chart's exactly-once settings{': ' + accepted if accepted else ''}")
+
+
 def limit_and_schema_checks(args):
     """Settings that cannot work fail the render, naming them."""
     try:
@@ -603,6 +623,13 @@ def limit_and_schema_checks(args):
     allowed = render(args, "--set", "processor.autoscaling.maxReplicas=13",
                      "--set", "processor.autoscaling.allowMoreReplicasThanPartitions=true")
     check(find(allowed, "ScaledObject")[0]["spec"]["maxReplicaCount"] == 13, "…unless explicitly allowed")
+
+    try:
+        render(args, "--set", "processor.exactlyOnce.enabled=true", "--set", "processor.exactlyOnce.transactionIntervalMs=2000")
+        check(False, "exactly-once: a transaction timeout below 10 intervals fails the render")
+    except RuntimeError as e:
+        check("transactionTimeoutMs" in str(e) and "transactionIntervalMs" in str(e),
+              f"exactly-once: a transaction timeout below 10 intervals fails the render, naming both ({str(e)[:80]}…)")
 
     # values.schema.json: a wrong value or a typo stops the render, naming where.
     for setting, where in [
@@ -653,6 +680,7 @@ def main():
     keda_checks(args, rendered)
     workload_count_checks(rendered)
     scheduler_admin_checks(args, rendered)
+    exactly_once_checks(args, rendered)
     limit_and_schema_checks(args)
     kafka_security_checks(args, rendered)
     lag_checks(args, rendered)

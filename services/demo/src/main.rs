@@ -13,9 +13,13 @@
 //! `deploy/local/demo.sh` provides it, and every binary built next to this
 //! one. Ctrl-C stops everything it started.
 
+mod args;
 mod autoscale;
+mod chaos;
+mod outputs;
 mod procs;
 mod report;
+mod system;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -24,8 +28,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use rdkafka::consumer::BaseConsumer;
 use sluice_chainsim::ChainConfig;
 use sluice_kafka::{KafkaConfig, TopicSpec, ensure_topics};
 use sluice_proto::chain::v1::GetHeadRequest;
@@ -34,259 +37,17 @@ use sluice_proto::scheduler::v1::TriggerNowRequest;
 use sluice_proto::scheduler::v1::scheduler_admin_client::SchedulerAdminClient;
 use sluice_service::process::{free_port, metric};
 
+use crate::args::Args;
 use crate::autoscale::{Autoscaler, Rule};
-use crate::procs::{Proc, binary, buckets, quantile};
+use crate::chaos::Chaos;
+use crate::procs::{Proc, binary, buckets, quantile, say};
 use crate::report::{Sample, Settings};
-
-#[derive(Debug, Clone, Parser)]
-#[command(name = "sluice-demo", about = "Run the whole Sluice system locally and check the result against the chain")]
-struct Args {
-    /// How long the chain's traffic runs, seconds.
-    #[arg(long, default_value_t = 120)]
-    seconds: u64,
-    /// Average chain transactions per second outside bursts (bursts: 4× for 6 s every 60 s).
-    #[arg(long, default_value_t = 2_000)]
-    rate: u32,
-    /// Partitions of the demo's topics.
-    #[arg(long, default_value_t = 12)]
-    partitions: u32,
-    /// At most this many processors (KEDA maxReplicaCount).
-    #[arg(long, default_value_t = 4)]
-    max_processors: u32,
-    /// Lag each processor is expected to carry (KEDA lagThreshold).
-    #[arg(long, default_value_t = 3_000)]
-    lag_threshold: u64,
-    /// How often the autoscaler decides (the HPA syncs every 15 s).
-    #[arg(long, default_value_t = 5)]
-    sync_seconds: u64,
-    /// Scale-down stabilization window (the HPA's default is 300 s).
-    #[arg(long, default_value_t = 30)]
-    scale_down_window_seconds: u64,
-    /// After traffic stops, how long the processors may take to drain the lag.
-    #[arg(long, default_value_t = 180)]
-    drain_timeout_seconds: u64,
-    /// Where the JSON report goes.
-    #[arg(long, default_value = "results/demo")]
-    out: PathBuf,
-    /// Where the processes' logs go (default: .stack/<run id>/).
-    #[arg(long)]
-    logs: Option<PathBuf>,
-    /// Keep each service's newest `/metrics` text here as `<process>.prom`
-    /// (the chart's tests check the dashboard's and the alerts' metric names
-    /// against them), and the running services as Prometheus file-based
-    /// discovery targets in `targets.json` (namespace `sluice-demo`).
-    #[arg(long)]
-    scrapes: Option<PathBuf>,
-    #[arg(long, env = "SLUICE_KAFKA_BROKERS")]
-    brokers: String,
-    #[arg(long, env = "SLUICE_REDIS_URL")]
-    redis_url: String,
-}
-
-/// Names of one run: nothing shared with earlier runs.
-#[derive(Debug, Clone)]
-struct Names {
-    id: String,
-    topic: String,
-    swaps: String,
-    dlq: String,
-    group: String,
-    prefix: String,
-    /// The schedulers' admin token, fresh for each run.
-    admin_token: String,
-}
-
-/// 128 random bits as hex (the standard library's per-process hash keys).
-fn fresh_token() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let half = || std::collections::hash_map::RandomState::new().build_hasher().finish();
-    format!("{:016x}{:016x}", half(), half())
-}
-
-/// Everything the demo started.
-struct System {
-    args: Args,
-    names: Names,
-    logs: PathBuf,
-    chain: Proc,
-    chain_url: String,
-    schedulers: Vec<Proc>,
-    ingest: Vec<Proc>,
-    processors: Vec<Proc>,
-    /// sluice-lag, watching the processors' group.
-    lag: Option<Proc>,
-    next_processor: u32,
-    /// Processes being stopped in the background (scale-down, the ingest).
-    stopping: Vec<tokio::task::JoinHandle<()>>,
-}
-
-fn say(line: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stdout(), "{line}");
-}
+use crate::system::{Names, System, fresh_token, lag, wait_for};
 
 /// Moves the cursor up `lines` and clears below (redrawing the live view).
 fn rewind(lines: usize) {
     use std::io::Write;
     let _ = write!(std::io::stdout(), "\x1b[{lines}A\x1b[J");
-}
-
-impl System {
-    fn env(&self, prefix: &str, pairs: &[(&str, String)]) -> Vec<(String, String)> {
-        pairs.iter().map(|(k, v)| (format!("{prefix}{k}"), v.clone())).collect()
-    }
-
-    /// A process that should be running and is not.
-    fn dead(&mut self) -> Option<String> {
-        std::iter::once(&mut self.chain)
-            .chain(self.schedulers.iter_mut())
-            .chain(self.ingest.iter_mut())
-            .chain(self.processors.iter_mut())
-            .chain(self.lag.iter_mut())
-            .find_map(|p| (!p.is_running()).then(|| p.name.clone()))
-    }
-
-    fn start_lag(&mut self) -> anyhow::Result<()> {
-        let port = free_port()?;
-        let env = self.env(
-            "SLUICE_LAG_",
-            &[
-                ("BROKERS", self.args.brokers.clone()),
-                ("GROUPS", self.names.group.clone()),
-                ("ADMIN_LISTEN", format!("127.0.0.1:{port}")),
-                ("POLL_INTERVAL_MS", "1000".into()),
-                ("RATE_WINDOW_MS", "5000".into()),
-            ],
-        );
-        self.lag = Some(Proc::start("lag-0", &binary("sluice-lag")?, &[], &env, port, &self.logs)?);
-        Ok(())
-    }
-
-    /// sluice-lag's picture of the processors' group.
-    fn lag_picture(&self) -> Option<sluice_lag::picture::GroupPicture> {
-        let port = self.lag.as_ref()?.admin_port;
-        let (code, body) = sluice_service::process::http_get(port, &format!("/groups/{}", self.names.group))?;
-        (code == 200).then(|| serde_json::from_str(&body).ok()).flatten()
-    }
-
-    /// What a PodMonitor would give Prometheus, as file-based discovery: every
-    /// service's newest `/metrics` as `<process>.prom`, and `targets.json`.
-    fn write_scrapes(&self, dir: &std::path::Path, texts: &[(&Proc, &str)]) -> anyhow::Result<()> {
-        let mut targets = Vec::new();
-        for (proc, text) in texts {
-            if !text.is_empty() {
-                std::fs::write(dir.join(format!("{}.prom", proc.name)), text)?;
-            }
-            let component = proc.name.split('-').next().unwrap_or_default();
-            targets.push(serde_json::json!({
-                "targets": [format!("127.0.0.1:{}", proc.admin_port)],
-                "labels": {"namespace": "sluice-demo", "pod": proc.name, "app_kubernetes_io_component": component},
-            }));
-        }
-        // Replaced whole (rename), so Prometheus never reads half a file.
-        let tmp = dir.join("targets.json.tmp");
-        std::fs::write(&tmp, serde_json::to_vec(&targets)?)?;
-        std::fs::rename(&tmp, dir.join("targets.json"))?;
-        Ok(())
-    }
-
-    fn start_processor(&mut self) -> anyhow::Result<()> {
-        self.next_processor += 1;
-        let name = format!("processor-{}", self.next_processor);
-        let port = free_port()?;
-        let n = &self.names;
-        let env = self.env(
-            "SLUICE_PROCESSOR_",
-            &[
-                ("KAFKA_BROKERS", self.args.brokers.clone()),
-                ("REDIS_URL", self.args.redis_url.clone()),
-                ("REDIS_PREFIX", n.prefix.clone()),
-                ("GROUP_ID", n.group.clone()),
-                ("INPUT_TOPIC", n.topic.clone()),
-                ("SWAPS_TOPIC", n.swaps.clone()),
-                ("DLQ_TOPIC", n.dlq.clone()),
-                ("ADMIN_LISTEN", format!("127.0.0.1:{port}")),
-                ("SESSION_TIMEOUT_MS", "15000".into()),
-                ("SHUTDOWN_DEADLINE_MS", "20000".into()),
-            ],
-        );
-        let p = Proc::start(&name, &binary("processor")?, &[], &env, port, &self.logs)?;
-        self.processors.push(p);
-        Ok(())
-    }
-
-    fn start_ingest(&mut self, i: usize) -> anyhow::Result<()> {
-        let port = free_port()?;
-        let n = &self.names;
-        let env = self.env(
-            "SLUICE_INGEST_",
-            &[
-                ("KAFKA_BROKERS", self.args.brokers.clone()),
-                ("REDIS_URL", self.args.redis_url.clone()),
-                ("REDIS_PREFIX", n.prefix.clone()),
-                ("CHAIN_URL", self.chain_url.clone()),
-                ("TOPIC", n.topic.clone()),
-                ("INSTANCE_ID", format!("ingest-{i}")),
-                ("LEASE_TTL_MS", "3000".into()),
-                ("ADMIN_LISTEN", format!("127.0.0.1:{port}")),
-            ],
-        );
-        let p = Proc::start(&format!("ingest-{i}"), &binary("sluice-ingest")?, &[], &env, port, &self.logs)?;
-        self.ingest.push(p);
-        Ok(())
-    }
-
-    fn start_scheduler(&mut self, i: usize) -> anyhow::Result<u16> {
-        let port = free_port()?;
-        let grpc = free_port()?;
-        let env = self.env(
-            "SLUICE_SCHEDULER_",
-            &[
-                ("REDIS_URL", self.args.redis_url.clone()),
-                ("REDIS_PREFIX", self.names.prefix.clone()),
-                ("CHAIN_URL", self.chain_url.clone()),
-                ("INSTANCE_ID", format!("scheduler-{i}")),
-                ("ADMIN_LISTEN", format!("127.0.0.1:{port}")),
-                ("GRPC_LISTEN", format!("127.0.0.1:{grpc}")),
-                ("ADMIN_TOKEN", self.names.admin_token.clone()),
-                ("LEASE_TTL_MS", "3000".into()),
-                ("JOB_HEARTBEAT_SCHEDULE", "*/5 * * * * *".into()),
-                ("JOB_TOKEN_REFRESH_SCHEDULE", "*/15 * * * * *".into()),
-                ("JOB_POOL_RECONCILE_SCHEDULE", "*/20 * * * * *".into()),
-                ("JOB_POOL_RECONCILE_CATCH_UP_WINDOW_MS", "10000".into()),
-            ],
-        );
-        let p = Proc::start(&format!("scheduler-{i}"), &binary("sluice-scheduler")?, &[], &env, port, &self.logs)?;
-        self.schedulers.push(p);
-        Ok(grpc)
-    }
-}
-
-/// The group's lag and committed total, from Kafka.
-fn lag(consumer: &BaseConsumer, topic: &str, partitions: u32) -> Option<(u64, u64, u64)> {
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions as i32 {
-        tpl.add_partition(topic, p);
-    }
-    let committed = consumer.committed_offsets(tpl, Duration::from_secs(5)).ok()?;
-    let (mut lag, mut done, mut end) = (0u64, 0u64, 0u64);
-    for e in committed.elements() {
-        let c = if let Offset::Offset(o) = e.offset() { o.max(0) as u64 } else { 0 };
-        let high = consumer.fetch_watermarks(topic, e.partition(), Duration::from_secs(5)).ok()?.1.max(0) as u64;
-        lag += high.saturating_sub(c);
-        done += c;
-        end += high;
-    }
-    Some((lag, done, end))
-}
-
-async fn wait_for(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> bool) -> anyhow::Result<()> {
-    let deadline = Instant::now() + limit;
-    while !check().await {
-        anyhow::ensure!(Instant::now() < deadline, "{what}: not within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    Ok(())
 }
 
 #[tokio::main]
@@ -385,6 +146,9 @@ async fn main() -> anyhow::Result<()> {
         procs::stop_all(&mut system.ingest, Duration::from_secs(25));
         procs::stop_all(&mut system.processors, Duration::from_secs(25));
         procs::stop_all(&mut system.schedulers, Duration::from_secs(25));
+        if let Some(lag) = system.lag.as_mut() {
+            lag.stop(Duration::from_secs(10));
+        }
         system.chain.stop(Duration::from_secs(10));
     });
     let _ = stop.await;
@@ -446,16 +210,30 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
     say("== scheduler ×2 up; token registry written by its token-refresh job; sluice-lag watching the group");
     system.start_ingest(0)?;
     system.start_ingest(1)?;
-    system.start_processor()?;
+    let mut chaos = match (args.chaos, args.stack_dir.as_deref()) {
+        (true, Some(dir)) => Some(Chaos::new(args.seconds, dir)?),
+        (true, None) => {
+            anyhow::bail!("--chaos restarts the stack's broker and Redis: it needs --stack-dir (SLUICE_STACK_DIR)")
+        }
+        (false, _) => None,
+    };
+    let first = if chaos.is_some() { chaos::PROCESSORS } else { 1 };
+    for _ in 0..first {
+        system.start_processor()?;
+    }
     say(&format!(
-        "== ingest ×2 (active/standby), 1 processor; traffic {} tx/s for {} s (bursts ×4 for 6 s every 60 s)",
+        "== ingest ×2 (active/standby), {first} processor(s); traffic {} tx/s for {} s (bursts ×4 for 6 s every 60 s)",
         args.rate, args.seconds
     ));
-    say(&format!(
-        "== autoscaling: a local stand-in for KEDA + HPA: replicas = ceil(lag / {}), 10 % tolerance, up to {} processors, \
+    if chaos.is_some() {
+        say("== chaos soak: exactly-once outputs, no autoscaler; faults on a timetable (sluice-demo's chaos.rs)");
+    } else {
+        say(&format!(
+            "== autoscaling: a local stand-in for KEDA + HPA: replicas = ceil(lag / {}), 10 % tolerance, up to {} processors, \
          sync every {} s, scale-down window {} s (Kubernetes defaults: 15 s and 300 s)",
-        args.lag_threshold, args.max_processors, args.sync_seconds, args.scale_down_window_seconds
-    ));
+            args.lag_threshold, args.max_processors, args.sync_seconds, args.scale_down_window_seconds
+        ));
+    }
 
     let consumer: Arc<BaseConsumer> =
         Arc::new(KafkaConfig::new(args.brokers.clone()).client().set("group.id", &names.group).create()?);
@@ -563,7 +341,13 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
         }
         timeline.push(sample);
 
-        if now.duration_since(last_sync) >= Duration::from_secs(args.sync_seconds) {
+        if let Some(c) = chaos.as_mut()
+            && traffic_stopped.is_none()
+        {
+            c.tick(system, begin.elapsed()).await?;
+            printed = 0;
+        }
+        if chaos.is_none() && now.duration_since(last_sync) >= Duration::from_secs(args.sync_seconds) {
             last_sync = now;
             let current = system.processors.len() as u32;
             let d = scaler.decide(now, current, lag);
@@ -610,6 +394,10 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
         let _ = task.await;
     }
     let summary = report::check(&chain, &args.redis_url, &names.prefix).await?;
+    let chaos = match chaos {
+        Some(c) => Some(soak_report(c, &args, &names, chain_config, summary.ingest_cursor).await?),
+        None => None,
+    };
     let (_, consumed, produced) = {
         let c = Arc::clone(&consumer);
         let (topic, partitions) = (names.topic.clone(), args.partitions);
@@ -636,6 +424,7 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
         summary,
         scaling: decisions,
         timeline,
+        chaos,
     };
     std::fs::create_dir_all(&args.out)?;
     let path = args.out.join(format!("{}.json", names.id));
@@ -644,4 +433,29 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
     say(&report::summary_text(&full));
     say(&format!("report: {}", path.display()));
     Ok(full.passed())
+}
+
+/// The soak's faults and its check of the outputs up to the ingest's final cursor.
+async fn soak_report(
+    c: Chaos,
+    args: &Args,
+    names: &Names,
+    chain_config: &ChainConfig,
+    cursor: Option<u64>,
+) -> anyhow::Result<chaos::ChaosReport> {
+    let kafka = KafkaConfig::new(args.brokers.clone());
+    let at = outputs::Where {
+        kafka: &kafka,
+        input: &names.topic,
+        swaps: &names.swaps,
+        dlq: &names.dlq,
+        partitions: args.partitions as i32,
+        redis_url: &args.redis_url,
+        prefix: &names.prefix,
+    };
+    let outputs = match cursor {
+        Some(cursor) => Some(outputs::check(chain_config, cursor, &at).await?),
+        None => None,
+    };
+    Ok(chaos::ChaosReport { finished: c.finished(), kills: c.kills, faults: c.applied, outputs })
 }

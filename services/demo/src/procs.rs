@@ -55,6 +55,16 @@ impl Proc {
         self.process.is_running()
     }
 
+    /// SIGKILL: no drain, no commit, no cursor written.
+    pub fn kill(&mut self) {
+        self.process.kill();
+    }
+
+    /// Sends `signal` (e.g. `STOP`, `CONT`); one that already exited gets nothing.
+    pub fn signal(&self, signal: &str) {
+        let _ = self.process.signal(signal);
+    }
+
     /// Sends SIGTERM (the process starts its shutdown).
     pub fn terminate(&self) {
         // One that already exited has nothing to shut down.
@@ -78,6 +88,17 @@ impl Drop for Proc {
         // commit and the ingest to write its cursor, as on a pod's deletion.
         self.stop(Duration::from_secs(10));
     }
+}
+
+/// Prints a line of the demo's output.
+pub fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout(), "{line}");
+}
+
+/// `deploy/local/stack.sh` of the checkout this binary was built from.
+pub fn stack_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/local/stack.sh")
 }
 
 /// Cumulative histogram buckets of `name` summed over every text and

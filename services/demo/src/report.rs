@@ -105,6 +105,9 @@ pub struct Report {
     pub summary: Summary,
     pub scaling: Vec<Scaled>,
     pub timeline: Vec<Sample>,
+    /// `--chaos`: the faults and the outputs' check.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chaos: Option<crate::chaos::ChaosReport>,
 }
 
 impl Report {
@@ -113,6 +116,7 @@ impl Report {
         self.summary.pools_mismatched.is_empty()
             && self.summary.jobs.iter().all(|j| j.ticks_run_twice == 0)
             && self.drain_seconds.is_some()
+            && self.chaos.as_ref().is_none_or(crate::chaos::ChaosReport::passed)
     }
 }
 
@@ -306,6 +310,50 @@ pub fn summary_text(r: &Report) -> String {
             if j.job == "pool-reconcile" { format!(", drift found {}", j.drift_found) } else { String::new() }
         ));
     }
+    if let Some(c) = &r.chaos {
+        chaos_lines(c, &mut line);
+    }
     line(format!("result                   {}", if r.passed() { "PASS" } else { "FAIL" }));
     out
+}
+
+fn chaos_lines(c: &crate::chaos::ChaosReport, line: &mut impl FnMut(String)) {
+    let count = |f: crate::chaos::Fault| c.faults.iter().filter(|a| a.fault == f).count();
+    use crate::chaos::Fault as F;
+    line(format!(
+        "chaos faults             {:>12}  ({} processor SIGKILLs, {} storm steps, broker {}, Redis {}, ingest SIGKILL {}, SIGSTOP {}, Redis wiped {}){}",
+        c.faults.len(),
+        count(F::KillProcessor),
+        count(F::StormUp) + count(F::StormDown),
+        count(F::RestartBroker),
+        count(F::RestartRedis),
+        count(F::KillIngest),
+        count(F::PauseIngest),
+        count(F::WipeRedis),
+        if c.finished { "" } else { "; the timetable did not finish (must)" }
+    ));
+    let Some(o) = &c.outputs else {
+        line("outputs                      not checked".into());
+        return;
+    };
+    line(format!(
+        "dex.swaps (read_committed) {:>10}  swaps expected up to slot {}, {} lost (must be 0), {} duplicates: {} added by the processors (must be 0), the rest from input records the ingest sent twice",
+        thousands(o.expected_swaps as f64),
+        o.up_to_slot,
+        o.lost_swaps,
+        o.duplicate_swaps,
+        o.duplicate_swaps_from_processors
+    ));
+    line(format!(
+        "dead letters             {:>12}  expected, {} missing, {} without a reason (both must be 0), {} duplicates: {} added by the processors (must be 0)",
+        o.expected_dead_letters,
+        o.missing_dead_letters,
+        o.dead_letters_without_reason,
+        o.duplicate_dead_letters,
+        o.duplicate_dead_letters_from_processors
+    ));
+    line(format!(
+        "effects (audit log)      {:>12}  double-applied, {} out of order, {} never applied (all must be 0); {} input records sent twice by the ingest",
+        o.double_applied, o.out_of_order, o.lost_effects, o.duplicate_inputs
+    ));
 }

@@ -28,13 +28,16 @@ pub enum TailError {
     Timeout { topic: String, timeout: Duration },
 }
 
-/// Records read back from each partition's end: enough that the newest data
-/// record is among them even behind transaction markers.
+/// Records first read back from each partition's end; a window that holds
+/// no committed record (only markers, or an aborted transaction's records,
+/// which a `read_committed` reader skips) is widened eightfold until one is
+/// found or the partition's start is reached.
 const LOOK_BACK: i64 = 16;
 
 /// The newest record of every non-empty partition of `topic` (blocking;
 /// `timeout` bounds the whole read). No group: it assigns, reads to each
-/// partition's end and commits nothing.
+/// partition's end and commits nothing. A partition that holds no committed
+/// record at all has no tail.
 pub fn newest_records(config: &KafkaConfig, topic: &str, timeout: Duration) -> Result<Vec<Tail>, TailError> {
     let kafka = |source| TailError::Kafka { topic: topic.to_string(), source };
     let consumer: BaseConsumer = config
@@ -48,23 +51,50 @@ pub fn newest_records(config: &KafkaConfig, topic: &str, timeout: Duration) -> R
     let left = || deadline.saturating_duration_since(Instant::now());
     let metadata = consumer.fetch_metadata(Some(topic), left()).map_err(kafka)?;
     let partitions: Vec<i32> = metadata.topics().iter().flat_map(|t| t.partitions().iter().map(|p| p.id())).collect();
-    let mut assignment = TopicPartitionList::new();
-    let mut reading: HashMap<i32, Option<Tail>> = HashMap::new();
+    // Per partition still without a tail: (its start, its end).
+    let mut bounds: HashMap<i32, (i64, i64)> = HashMap::new();
     for partition in partitions {
         let (low, high) = consumer.fetch_watermarks(topic, partition, left()).map_err(kafka)?;
         if high > low {
-            let from = (high - LOOK_BACK).max(low);
-            assignment.add_partition_offset(topic, partition, Offset::Offset(from)).map_err(kafka)?;
-            reading.insert(partition, None);
+            bounds.insert(partition, (low, high));
         }
     }
-    if reading.is_empty() {
-        return Ok(Vec::new());
+    let mut done = Vec::new();
+    let mut look_back = LOOK_BACK;
+    while !bounds.is_empty() {
+        let found = read_windows(&consumer, topic, &bounds, look_back, (deadline, timeout))?;
+        for tail in found {
+            bounds.remove(&tail.partition);
+            done.push(tail);
+        }
+        // What is left read from its start holds nothing committed.
+        bounds.retain(|_, (low, high)| *high - look_back > *low);
+        look_back = look_back.saturating_mul(8);
+    }
+    done.sort_by_key(|t| t.partition);
+    Ok(done)
+}
+
+/// Reads the last `look_back` offsets of each partition in `bounds` to its
+/// end; the newest record each holds, if any.
+fn read_windows(
+    consumer: &BaseConsumer,
+    topic: &str,
+    bounds: &HashMap<i32, (i64, i64)>,
+    look_back: i64,
+    (deadline, timeout): (Instant, Duration),
+) -> Result<Vec<Tail>, TailError> {
+    let kafka = |source| TailError::Kafka { topic: topic.to_string(), source };
+    let mut assignment = TopicPartitionList::new();
+    for (&partition, &(low, high)) in bounds {
+        let from = high.saturating_sub(look_back).max(low);
+        assignment.add_partition_offset(topic, partition, Offset::Offset(from)).map_err(kafka)?;
     }
     consumer.assign(&assignment).map_err(kafka)?;
-    let mut done = Vec::new();
+    let mut reading: HashMap<i32, Option<Tail>> = bounds.keys().map(|p| (*p, None)).collect();
+    let mut found = Vec::new();
     while !reading.is_empty() {
-        let remaining = left();
+        let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
             return Err(TailError::Timeout { topic: topic.to_string(), timeout });
         }
@@ -81,13 +111,12 @@ pub fn newest_records(config: &KafkaConfig, topic: &str, timeout: Duration) -> R
             }
             Some(Err(KafkaError::PartitionEOF(partition))) => {
                 if let Some(newest) = reading.remove(&partition) {
-                    done.extend(newest);
+                    found.extend(newest);
                 }
             }
             Some(Err(e)) => return Err(kafka(e)),
             None => {}
         }
     }
-    done.sort_by_key(|t| t.partition);
-    Ok(done)
+    Ok(found)
 }

@@ -91,3 +91,28 @@ async fn the_consumer_position_steps_over_the_commit_marker() {
     assert_eq!((last, high), (2, 4), "three records and their commit marker");
     assert_eq!(at, Offset::Offset(high), "the position is past the marker");
 }
+
+/// The tail reader (what a new active ingest counts its re-sends against)
+/// finds a partition's newest committed record behind an aborted
+/// transaction far longer than its first look back: the 200 aborted records
+/// (and the markers) a `read_committed` reader skips are not "no tail".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_newest_committed_record_is_found_behind_a_long_aborted_transaction() {
+    let kafka = sluice_testkit::kafka();
+    let topic = unique("txn-tail");
+    ensure_topics(&kafka, &[TopicSpec::new(&topic, 1)], Duration::from_secs(60)).await.expect("topic");
+    let id = unique("txn-tail-id");
+    let mut old = PipelinedProducer::transactional(&kafka, 512, &id, TIMEOUT).await.expect("first producer");
+    send(&mut old, &topic, 0, 5).await;
+    old.commit().await.expect("commit");
+    send(&mut old, &topic, 5, 200).await;
+    // Fenced: its open transaction of 200 records is aborted.
+    let _new = PipelinedProducer::<u32>::transactional(&kafka, 64, &id, TIMEOUT).await.expect("second producer");
+    let tails = tokio::task::spawn_blocking(move || sluice_kafka::tail::newest_records(&kafka, &topic, TIMEOUT))
+        .await
+        .expect("join")
+        .expect("tails");
+    assert_eq!(tails.len(), 1, "the partition has a tail: {tails:?}");
+    let newest = u32::from_be_bytes(tails[0].payload.as_deref().expect("payload").try_into().expect("4 bytes"));
+    assert_eq!(newest, 4, "the newest committed record, not an aborted one");
+}

@@ -26,7 +26,7 @@ use sluice_kafka::topics::TopicSpec;
 use sluice_kafka::{KafkaConfig, ensure_topics};
 use sluice_proto::dex::v1::Swap;
 use sluice_testkit::process::Spawned;
-use sluice_testkit::{consume, free_port, unique};
+use sluice_testkit::{consume_committed, free_port, unique};
 
 /// Topics, group and key prefix of one scenario: nothing shared with others.
 #[derive(Debug, Clone)]
@@ -45,6 +45,8 @@ pub struct Scenario {
     pub admin_ports: std::sync::Arc<std::sync::Mutex<Vec<(String, u16)>>>,
     /// `classic` (cooperative-sticky) or `consumer` (KIP-848).
     pub group_protocol: &'static str,
+    /// More `SLUICE_PROCESSOR_…` settings for every processor started.
+    pub env: Vec<(String, String)>,
 }
 
 impl Scenario {
@@ -64,6 +66,7 @@ impl Scenario {
             logs: std::env::temp_dir().join(&id),
             admin_ports: Default::default(),
             group_protocol: "classic",
+            env: Vec::new(),
         };
         std::fs::create_dir_all(&s.logs).unwrap();
         let specs = [TopicSpec::new(&s.input, 12), TopicSpec::new(&s.swaps, 12), TopicSpec::new(&s.dlq, 3)];
@@ -114,6 +117,9 @@ impl Scenario {
             .env("SLUICE_PROCESSOR_SHUTDOWN_DEADLINE_MS", "20000")
             .env("SLUICE_LOG_FORMAT", "plain")
             .env("SLUICE_LOG", std::env::var("SLUICE_TEST_PROCESSOR_LOG").unwrap_or_else(|_| "info".into()));
+        for (k, v) in &self.env {
+            command.env(format!("SLUICE_PROCESSOR_{k}"), v);
+        }
         let process = Spawned::spawn(&mut command, self.logs.join(format!("{instance}.log")))
             .expect("starting the processor binary");
         Processor { process, name: instance.to_string(), admin_port }
@@ -200,6 +206,19 @@ impl Processor {
 
     pub fn signal(&self, signal: &str) {
         self.process.signal(signal).unwrap_or_else(|e| panic!("{}: {e}", self.name));
+    }
+
+    /// Waits until this processor owns at least one partition.
+    pub async fn wait_assigned(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let text = admin_body(self.admin_port, "/metrics");
+            if sluice_testkit::metric(&text, "sluice_processor_assigned_partitions", "") > 0.0 {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{} owned no partition within {timeout:?}", self.name);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// SIGTERM and wait for a clean exit (status 0) within 30 s.
@@ -301,12 +320,14 @@ pub struct Report {
     pub expected_dead_letters: usize,
     pub missing_dead_letters: usize,
     pub dead_letters_without_reason: usize,
+    /// Dead letters beyond one per malformed transaction.
+    pub duplicate_dead_letters: usize,
 }
 
 impl Report {
     pub fn print(&self, name: &str) {
         println!(
-            "checker[{name}]: {} transactions, {} swaps expected over {} pools | state mismatches {} | lost swaps {} | lost effects {} | double-applied {} | out-of-order {} | dead letters {} (missing {}, without reason {}) | duplicate dex.swaps records {}",
+            "checker[{name}]: {} transactions, {} swaps expected over {} pools | state mismatches {} | lost swaps {} | lost effects {} | double-applied {} | out-of-order {} | dead letters {} (missing {}, without reason {}, duplicates {}) | duplicate dex.swaps records {}",
             self.transactions,
             self.expected_swaps,
             self.pools_checked,
@@ -318,6 +339,7 @@ impl Report {
             self.dead_letters,
             self.missing_dead_letters,
             self.dead_letters_without_reason,
+            self.duplicate_dead_letters,
             self.duplicate_swap_records
         );
     }
@@ -397,9 +419,7 @@ pub async fn check(s: &Scenario, fed: &FeedReport) -> Report {
     }
 
     // dex.swaps: every expected swap at least once.
-    let swaps_total = high_watermarks(&s.kafka, &s.swaps, 12);
-    let records = consume(&s.kafka, &s.swaps, swaps_total as usize, Duration::from_secs(120)).await;
-    assert_eq!(records.len() as i64, swaps_total, "read all of {}", s.swaps);
+    let records = consume_committed(&s.kafka, &s.swaps, 12, Duration::from_secs(120)).await;
     let mut published: HashMap<(String, Seq), usize> = HashMap::new();
     for r in &records {
         let swap = Swap::decode(r.payload.as_slice()).expect("a Swap");
@@ -412,8 +432,7 @@ pub async fn check(s: &Scenario, fed: &FeedReport) -> Report {
     report.duplicate_swap_records = published.values().map(|n| n - 1).sum();
 
     // Dead letters: every malformed transaction, with its reason.
-    let dlq_total = high_watermarks(&s.kafka, &s.dlq, 3);
-    let dead = consume(&s.kafka, &s.dlq, dlq_total as usize, Duration::from_secs(60)).await;
+    let dead = consume_committed(&s.kafka, &s.dlq, 3, Duration::from_secs(60)).await;
     report.dead_letters = dead.len();
     let mut dead_signatures = HashSet::new();
     for r in &dead {
@@ -424,14 +443,10 @@ pub async fn check(s: &Scenario, fed: &FeedReport) -> Report {
             report.dead_letters_without_reason += 1;
         }
     }
+    report.duplicate_dead_letters = dead.len() - dead_signatures.len();
     report.expected_dead_letters = malformed.len();
     report.missing_dead_letters = malformed.iter().filter(|sig| !dead_signatures.contains(*sig)).count();
     report
-}
-
-fn high_watermarks(kafka: &KafkaConfig, topic: &str, partitions: i32) -> i64 {
-    let consumer: BaseConsumer = kafka.client().create().unwrap();
-    (0..partitions).map(|p| consumer.fetch_watermarks(topic, p, Duration::from_secs(5)).map_or(0, |(_, h)| h)).sum()
 }
 
 /// The end of every scenario: wait until everything fed is committed,

@@ -35,6 +35,19 @@ impl std::str::FromStr for GroupProtocol {
     }
 }
 
+/// Exactly-once outputs: Kafka transactions (see [`crate::txn`]).
+#[derive(Debug, Clone)]
+pub struct ExactlyOnce {
+    /// How often the open transaction is committed: what a `read_committed`
+    /// reader of the outputs waits at most, beyond the processing.
+    pub interval: Duration,
+    /// `transaction.timeout.ms`: how long the broker keeps the transaction
+    /// of a processor that died before aborting it. Until then the outputs'
+    /// `read_committed` readers and the partitions' next owners wait.
+    pub timeout: Duration,
+    pub transactional_id: String,
+}
+
 /// Everything the runtime needs to run.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
@@ -64,6 +77,8 @@ pub struct RuntimeConfig {
     pub max_poll_interval: Duration,
     pub commit_interval: Duration,
     pub admin_listen: SocketAddr,
+    /// `None`: outputs are at-least-once (duplicates after a crash).
+    pub exactly_once: Option<ExactlyOnce>,
 }
 
 impl RuntimeConfig {
@@ -71,10 +86,20 @@ impl RuntimeConfig {
     pub fn read(env: &mut EnvReader) -> Option<Self> {
         let brokers: Option<String> = env.required("KAFKA_BROKERS");
         let properties = env.kafka_properties();
+        let group_id: String = env.or("GROUP_ID", "sluice-processor".to_string());
+        let instance_id: Option<String> = env.optional("INSTANCE_ID");
+        // Read (and checked) either way, so switching the mode off keeps a
+        // deployment's other settings valid.
+        let transactions = ExactlyOnce {
+            interval: env.millis("TRANSACTION_INTERVAL_MS", Duration::from_millis(100)),
+            timeout: env.millis("TRANSACTION_TIMEOUT_MS", Duration::from_secs(10)),
+            transactional_id: env.or("TRANSACTIONAL_ID", default_transactional_id(&group_id, instance_id.as_deref())),
+        };
+        let exactly_once = env.or("EXACTLY_ONCE", false).then_some(transactions);
         let config = Self {
             kafka: KafkaConfig { brokers: brokers.clone().unwrap_or_default(), properties },
-            group_id: env.or("GROUP_ID", "sluice-processor".to_string()),
-            instance_id: env.optional("INSTANCE_ID"),
+            group_id,
+            instance_id,
             group_protocol: env.or("GROUP_PROTOCOL", GroupProtocol::Classic),
             input_topic: env.or("INPUT_TOPIC", CHAIN_TRANSACTIONS.to_string()),
             dlq_topic: env.or("DLQ_TOPIC", CHAIN_TRANSACTIONS_DLQ.to_string()),
@@ -93,6 +118,7 @@ impl RuntimeConfig {
             max_poll_interval: env.millis("MAX_POLL_INTERVAL_MS", Duration::from_secs(300)),
             commit_interval: env.millis("COMMIT_INTERVAL_MS", Duration::from_secs(1)),
             admin_listen: env.or("ADMIN_LISTEN", SocketAddr::from(([0, 0, 0, 0], 9090))),
+            exactly_once,
         };
         config.check(env);
         brokers.is_some().then_some(config)
@@ -140,10 +166,36 @@ impl RuntimeConfig {
                 self.drain_deadline.as_millis()
             ));
         }
+        if let Some(eos) = &self.exactly_once {
+            if eos.interval.is_zero() || eos.timeout < eos.interval * 10 {
+                problems.push(format!(
+                    "{} must be above 0 and {} at least 10 times it: a transaction must outlive its interval",
+                    n("TRANSACTION_INTERVAL_MS"),
+                    n("TRANSACTION_TIMEOUT_MS")
+                ));
+            }
+            if eos.transactional_id.is_empty() {
+                problems.push(format!("{} must not be empty", n("TRANSACTIONAL_ID")));
+            }
+        }
         for p in problems {
             env.problem(p);
         }
     }
+}
+
+/// `<group>.<instance id>` with static membership: a restarted instance
+/// fences its predecessor and aborts its transaction at once. Otherwise
+/// unique per process (`<group>.<host>.<nonce>`): two processes on one
+/// host never fence each other, and a dead one's transaction ends after
+/// `transaction.timeout.ms`.
+fn default_transactional_id(group: &str, instance_id: Option<&str>) -> String {
+    if let Some(id) = instance_id {
+        return format!("{group}.{id}");
+    }
+    let host = std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()).unwrap_or_else(|| "host".into());
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    format!("{group}.{host}.{:x}", nanos ^ (u64::from(std::process::id()) << 40))
 }
 
 #[cfg(test)]

@@ -28,6 +28,7 @@ use crate::handler::{Handler, Record};
 use crate::health::Health;
 use crate::metrics::RuntimeMetrics;
 use crate::recorded;
+use crate::txn::{EpochRef, Transactions};
 use crate::worker::{Shared, Worker, WorkerHandle, WorkerMsg};
 
 /// Most records one poll round takes before handing them out.
@@ -43,6 +44,10 @@ const MAX_AHEAD: u64 = 4 * POLL_BATCH as u64;
 /// Even while the workers are behind, a poll round at least this often:
 /// rebalance callbacks and errors are served from polls.
 const MAX_POLL_GAP: Duration = Duration::from_millis(100);
+
+/// Exactly-once mode: how often the group's metadata (its generation) is
+/// handed to the transactions, besides after every rebalance.
+const GROUP_REFRESH: Duration = Duration::from_millis(50);
 
 /// What this thread knows of one partition's intake.
 #[derive(Debug, Default, Clone, Copy)]
@@ -118,7 +123,7 @@ impl<H: Handler> ConsumerContext for Ctx<H> {
                     if let Some(old) = workers.insert(p, handle) {
                         // Assigned again without a revoke in between: the old
                         // epoch's work must stop and never commit.
-                        let _ = old.tx.send(WorkerMsg::Lost);
+                        self.lose(&old);
                     }
                 }
                 self.set_assigned(workers.len());
@@ -132,7 +137,7 @@ impl<H: Handler> ConsumerContext for Ctx<H> {
                     let mut workers = self.lock_workers();
                     for p in &partitions {
                         if let Some(handle) = workers.remove(p) {
-                            let _ = handle.tx.send(WorkerMsg::Lost);
+                            self.lose(&handle);
                         }
                     }
                     self.set_assigned(workers.len());
@@ -140,7 +145,7 @@ impl<H: Handler> ConsumerContext for Ctx<H> {
                     self.metrics.rebalances.with_label_values(&["revoke"]).inc();
                     tracing::info!(?partitions, "Partitions revoked; draining");
                     let drained = self.drain(&partitions, self.drain_deadline);
-                    self.commit_drained(consumer, &drained);
+                    self.commit_drained(consumer, drained);
                     self.forget_sent(&partitions);
                 }
                 self.forget_offset_metrics(&partitions);
@@ -157,6 +162,9 @@ impl<H: Handler> ConsumerContext for Ctx<H> {
     /// resumed, or a partition paused by an earlier owner-epoch would never
     /// be fetched again.
     fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Some(txn) = &self.shared.txn {
+            txn.set_group(consumer.group_metadata());
+        }
         if let Rebalance::Assign(tpl) = rebalance
             && tpl.count() > 0
             && let Err(e) = consumer.resume(tpl)
@@ -169,6 +177,17 @@ impl<H: Handler> ConsumerContext for Ctx<H> {
 impl<H: Handler> Ctx<H> {
     fn lock_workers(&self) -> std::sync::MutexGuard<'_, HashMap<i32, WorkerHandle>> {
         self.workers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stops a worker whose partition another member may own now: its work
+    /// is dropped, and (exactly-once mode) the open transaction, which may
+    /// hold some of it, aborts.
+    fn lose(&self, handle: &WorkerHandle) {
+        handle.owner.alive.store(false, Ordering::Release);
+        let _ = handle.tx.send(WorkerMsg::Lost);
+        if let Some(txn) = &self.shared.txn {
+            txn.poison();
+        }
     }
 
     /// Partitions this member no longer owns start afresh if they come back.
@@ -198,20 +217,22 @@ impl<H: Handler> Ctx<H> {
     }
 
     /// Drains the workers of `partitions`: in-flight work may finish until
-    /// the deadline. Returns their final positions. Runs on the consumer
-    /// thread (inside the revoke callback, or at shutdown), so it may block.
-    fn drain(&self, partitions: &[i32], deadline: Duration) -> TopicPartitionList {
+    /// the deadline. Returns their final positions and epochs. Runs on the
+    /// consumer thread (inside the revoke callback, or at shutdown), so it
+    /// may block.
+    fn drain(&self, partitions: &[i32], deadline: Duration) -> Drained {
         let deadline = Instant::now() + deadline;
         let (reply, replies) = std::sync::mpsc::sync_channel(partitions.len().max(1));
         let mut waiting = 0;
+        let mut owners = Vec::new();
         {
             let mut workers = self.lock_workers();
             for p in partitions {
-                if let Some(handle) = workers.remove(p)
-                    && handle.tx.send(WorkerMsg::Drain { deadline, reply: reply.clone() }).is_ok()
-                {
+                let Some(handle) = workers.remove(p) else { continue };
+                if handle.tx.send(WorkerMsg::Drain { deadline, reply: reply.clone() }).is_ok() {
                     waiting += 1;
                 }
+                owners.push(handle.owner);
             }
             self.set_assigned(workers.len());
         }
@@ -227,11 +248,16 @@ impl<H: Handler> Ctx<H> {
                 Err(_) => break,
             }
         }
-        tpl
+        Drained { positions: tpl, owners }
     }
 
-    /// Synchronously commits drained positions (past trailing markers).
-    fn commit_drained(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) {
+    /// Synchronously commits drained positions (past trailing markers); in
+    /// exactly-once mode, ends the transaction that holds their work.
+    fn commit_drained(&self, consumer: &BaseConsumer<Self>, drained: Drained) {
+        if let Some(txn) = &self.shared.txn {
+            return self.end_drained_transaction(consumer, txn, drained);
+        }
+        let tpl = &drained.positions;
         if tpl.count() == 0 {
             return;
         }
@@ -246,6 +272,35 @@ impl<H: Handler> Ctx<H> {
         }
         drop(flow);
         self.commit_sync(consumer, &past);
+    }
+
+    /// Exactly-once mode: the drained partitions' work is in the open
+    /// transaction (their workers released it before replying), which ends
+    /// now; after that their epochs are over, whatever the outcome (on an
+    /// abort their work is left to the next owner).
+    fn end_drained_transaction(&self, consumer: &BaseConsumer<Self>, txn: &Transactions, drained: Drained) {
+        if drained.owners.is_empty() {
+            return;
+        }
+        let partitions: Vec<i32> = drained.owners.iter().map(|o| o.partition).collect();
+        txn.set_group(consumer.group_metadata());
+        // Over before the final commit: nothing of theirs is sent from now on,
+        // and only this commit (which names them) may carry their work.
+        for owner in &drained.owners {
+            owner.alive.store(false, Ordering::Release);
+        }
+        let started = Instant::now();
+        let result = txn.commit_final(partitions, self.drain_deadline);
+        match result {
+            Ok(()) => {
+                self.metrics.commit_seconds.observe(started.elapsed().as_secs_f64());
+                self.metrics.commits.with_label_values(&["ok"]).inc();
+            }
+            Err(e) => {
+                self.metrics.commits.with_label_values(&["transaction_failed"]).inc();
+                tracing::error!(error = %e, "The revoked partitions' transaction did not end");
+            }
+        }
     }
 
     /// Records the handler's state generation with the commit of `tpl`
@@ -337,6 +392,12 @@ pub fn client_config(config: &RuntimeConfig) -> ClientConfig {
     c
 }
 
+/// What a drain leaves: the partitions' final positions and their epochs.
+struct Drained {
+    positions: TopicPartitionList,
+    owners: Vec<EpochRef>,
+}
+
 /// The running consumer thread.
 pub(crate) struct ConsumerThread {
     pub stop: Arc<AtomicBool>,
@@ -387,12 +448,24 @@ fn poll_loop<H: Handler>(
     let mut commits = 0u64;
     let mut batches: Vec<(i32, Vec<Record>)> = Vec::new();
     let mut last_poll = Instant::now();
+    let mut last_group = Instant::now();
     while !stop.load(Ordering::Acquire) {
         let ahead = apply_pauses(&consumer);
+        if let Some(txn) = &ctx.shared.txn
+            && last_group.elapsed() >= GROUP_REFRESH
+        {
+            // A transaction's offsets are refused with a stale generation.
+            last_group = Instant::now();
+            txn.set_group(consumer.group_metadata());
+        }
         if last_commit.elapsed() >= commit_interval {
             last_commit = Instant::now();
             commits += 1;
-            commit_pending(&consumer, commits.is_multiple_of(10));
+            match &ctx.shared.txn {
+                Some(txn) if txn.failed().is_some() => break,
+                Some(txn) => transaction_tick(&consumer, txn),
+                None => commit_pending(&consumer, commits.is_multiple_of(10)),
+            }
         }
         if ahead >= MAX_AHEAD && last_poll.elapsed() < MAX_POLL_GAP {
             std::thread::sleep(Duration::from_millis(2));
@@ -529,6 +602,23 @@ fn commit_pending<H: Handler>(consumer: &BaseConsumer<Ctx<H>>, all: bool) {
     }
 }
 
+/// Exactly-once mode's periodic step (the transactions commit the
+/// offsets): positions moved
+/// past transaction markers where a worker is through everything handed
+/// out (see [`past_markers`]); the transaction applies a move only if the
+/// partition released nothing since.
+fn transaction_tick<H: Handler>(consumer: &BaseConsumer<Ctx<H>>, txn: &Transactions) {
+    let ctx = consumer.context();
+    let positions = consumer.position().ok();
+    let workers = ctx.lock_workers();
+    let flow = ctx.flow.lock().unwrap_or_else(|e| e.into_inner());
+    for (p, handle) in workers.iter() {
+        let Some(f) = flow.get(p) else { continue };
+        let to = past_markers(&ctx.topic, positions.as_ref(), Some(f), *p, f.handed_end);
+        txn.skip_markers(*p, handle.owner.epoch, f.handed_end, to);
+    }
+}
+
 /// `offset` (a worker's position), or the consumer's position when the
 /// worker is through everything handed out and the consumer is further: the
 /// offsets between hold no record the application was given, only
@@ -580,7 +670,7 @@ fn shutdown<H: Handler>(consumer: &BaseConsumer<Ctx<H>>, drain: Duration) {
     if !left.is_empty() {
         tracing::warn!(partitions = ?left, "No revoke from the group in time; draining and committing directly");
         let drained = ctx.drain(&left, drain);
-        ctx.commit_drained(consumer, &drained);
+        ctx.commit_drained(consumer, drained);
     }
     if let Err(e) = ctx.shared.kafka.flush(Duration::from_secs(5)) {
         tracing::warn!(error = %e, "Producer flush incomplete");

@@ -21,6 +21,7 @@
 //! - [`outcome`]: a unit's results as done records, dead letters and retries.
 //! - [`output`]: the shared Kafka producer, acknowledged per group.
 //! - [`slot`]: what a worker tells the consumer thread (position, pause).
+//! - [`txn`]: exactly-once outputs: the Kafka transactions and their driver.
 //! - [`sink`]: the batching Redis writer a workload may use.
 //! - [`health`], [`metrics`]: readiness and every metric the runtime exports.
 //! - [`run`]: wiring and the shutdown sequence.
@@ -41,6 +42,7 @@ pub mod run;
 pub mod sink;
 mod slot;
 mod store_guard;
+mod txn;
 mod worker;
 
 pub use config::RuntimeConfig;

@@ -33,6 +33,8 @@ pub struct RuntimeMetrics {
     pub assigned: IntGauge,
     pub dropped_completions: IntCounter,
     pub state_store_replaced: IntGauge,
+    pub transactions: IntCounterVec,
+    pub transaction_seconds: Histogram,
 }
 
 const PREFIX: &str = "sluice_processor";
@@ -151,6 +153,20 @@ impl RuntimeMetrics {
                 name("state_store_replaced"),
                 "1 while Redis is not the store the state was written to (reset or replaced): writes stop"
             )),
+            transactions: reg!(IntCounterVec::new(
+                Opts::new(
+                    name("transactions_total"),
+                    "Exactly-once mode: Kafka transactions ended, by outcome (committed, aborted)"
+                ),
+                &["outcome"]
+            )),
+            transaction_seconds: reg!(Histogram::with_opts(
+                HistogramOpts::new(
+                    name("transaction_end_duration_seconds"),
+                    "Exactly-once mode: how long ending a transaction took (outputs wait meanwhile)"
+                )
+                .buckets(vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0])
+            )),
             registry,
         };
         // Series an alert or a dashboard reads exist from the start, at zero:
@@ -159,6 +175,9 @@ impl RuntimeMetrics {
         metrics.dead_letters.with_label_values(&["handler_panic"]);
         for outcome in ["ok", "dead_lettered"] {
             metrics.messages.with_label_values(&[outcome]);
+        }
+        for outcome in ["committed", "aborted"] {
+            metrics.transactions.with_label_values(&[outcome]);
         }
         for dependency in ["kafka", "handler"] {
             metrics.retries.with_label_values(&[dependency]);

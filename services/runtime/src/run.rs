@@ -16,9 +16,10 @@ use crate::handler::Handler;
 use crate::health::Health;
 use crate::metrics::RuntimeMetrics;
 use crate::outcome::DeadLetters;
-use crate::output::KafkaSink;
+use crate::output::{self, KafkaSink};
 use crate::recorded;
 use crate::sink::SinkError;
+use crate::txn::Transactions;
 use crate::worker::{Budget, Shared};
 
 /// Why the runtime could not start or stop cleanly.
@@ -34,6 +35,8 @@ pub enum RuntimeError {
     ShutdownTimeout(Duration),
     #[error("the consumer thread stopped unexpectedly")]
     ConsumerDied,
+    #[error(transparent)]
+    Transactions(#[from] crate::txn::TxnFailed),
 }
 
 /// The runtime, before it runs a handler: build the handler from its sinks.
@@ -121,10 +124,16 @@ impl Runtime {
         started: impl FnOnce(RuntimeHandle),
     ) -> Result<(), RuntimeError> {
         let handler = Arc::new(handler);
+        let recorded = self.recorded.get().cloned().flatten();
+        let (txn, driver) = match self.start_transactions(&handler, recorded.clone()).await? {
+            Some((txn, driver)) => (Some(txn), Some(driver)),
+            None => (None, None),
+        };
         let shared = Arc::new(Shared {
             handler: handler.clone(),
             permits: Arc::new(Semaphore::new(self.config.concurrency)),
             kafka: self.kafka.clone(),
+            txn: txn.clone(),
             dead_letters: DeadLetters {
                 topic: Arc::from(self.config.dlq_topic.as_str()),
                 group: self.config.group_id.clone(),
@@ -152,7 +161,6 @@ impl Runtime {
         tracing::info!(%admin_addr, topic = %self.config.input_topic, group = %self.config.group_id, "Processor running");
         started(RuntimeHandle { admin_addr, health: self.health.clone() });
 
-        let recorded = self.recorded.get().cloned().flatten();
         let thread = consumer::start(&self.config, shared, self.metrics.clone(), self.health.clone(), recorded)?;
         let died = {
             let join = &thread.join;
@@ -175,8 +183,12 @@ impl Runtime {
         let deadline = self.config.shutdown_deadline;
         let join = thread.join;
         let joined = tokio::time::timeout(deadline, tokio::task::spawn_blocking(move || join.join())).await;
+        let txn_failed = stop_transactions(txn, driver).await;
         let _ = admin_stop.send(());
         let _ = admin_task.await;
+        if let Some(e) = txn_failed {
+            return Err(e.into());
+        }
         match joined {
             Err(_) => Err(RuntimeError::ShutdownTimeout(deadline)),
             // The consumer thread panicked (while draining, or before).
@@ -188,6 +200,40 @@ impl Runtime {
             }
         }
     }
+}
+
+impl Runtime {
+    /// Exactly-once mode: the transactional producer, initialised (which
+    /// waits for Kafka's transaction coordinator), and its driver thread.
+    async fn start_transactions<H: Handler>(
+        &self,
+        handler: &Arc<H>,
+        recorded: Option<String>,
+    ) -> Result<Option<(Arc<Transactions>, std::thread::JoinHandle<()>)>, RuntimeError> {
+        let Some(settings) = self.config.exactly_once.clone() else { return Ok(None) };
+        let client = output::producer_config(&self.config.kafka);
+        let topic: Arc<str> = Arc::from(self.config.input_topic.as_str());
+        let metrics = self.metrics.clone();
+        let handler = handler.clone();
+        let generation = Box::new(move || handler.state_generation().or_else(|| recorded.clone()));
+        let started =
+            tokio::task::spawn_blocking(move || Transactions::start(client, settings, topic, metrics, generation))
+                .await
+                .map_err(|_| RuntimeError::ConsumerDied)??;
+        Ok(Some(started))
+    }
+}
+
+/// Ends the transaction driver after a last transaction; what stopped it,
+/// if it stopped on its own.
+async fn stop_transactions(
+    txn: Option<Arc<Transactions>>,
+    driver: Option<std::thread::JoinHandle<()>>,
+) -> Option<crate::txn::TxnFailed> {
+    let (txn, driver) = (txn?, driver?);
+    txn.stop();
+    let _ = tokio::task::spawn_blocking(move || driver.join()).await;
+    txn.failed().map(crate::txn::TxnFailed)
 }
 
 fn readiness<H: Handler>(health: &Health, handler: &H) -> Result<(), String> {

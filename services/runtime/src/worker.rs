@@ -15,7 +15,7 @@
 //! the retry cap the partition pauses and the service reports not ready.
 //! A full budget asks for a pause, with hysteresis.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::ops::ControlFlow;
 use std::pin::Pin;
@@ -27,7 +27,7 @@ use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
 use sluice_core::clock::now_ms;
 use sluice_core::offsets::OffsetTracker;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use crate::handler::{Batching, HandleError, Handled, Handler, Record, in_key_order};
 use crate::health::Health;
@@ -37,6 +37,7 @@ use crate::outcome::{self, DeadLetters, Retry};
 use crate::output::{Group, KafkaSink, Output};
 use crate::retry::{RetryPolicy, jitter};
 use crate::slot::Slot;
+use crate::txn::{EpochRef, Transactions};
 
 /// Messages to a partition worker.
 #[derive(Debug)]
@@ -74,6 +75,8 @@ pub(crate) struct Shared<H> {
     pub handler: Arc<H>,
     pub permits: Arc<Semaphore>,
     pub kafka: KafkaSink,
+    /// Exactly-once mode: outputs go into Kafka transactions instead.
+    pub txn: Option<Arc<Transactions>>,
     pub dead_letters: DeadLetters,
     pub retry: RetryPolicy,
     pub budget: Budget,
@@ -86,6 +89,7 @@ pub(crate) struct Shared<H> {
 pub(crate) struct WorkerHandle {
     pub tx: mpsc::UnboundedSender<WorkerMsg>,
     pub slot: Arc<Slot>,
+    pub owner: EpochRef,
 }
 
 /// A unit's records and one result per record.
@@ -133,6 +137,13 @@ pub(crate) struct Worker<H> {
     spare: Option<OwnedSemaphorePermit>,
     published: Option<i64>,
     outcomes: Vec<(&'static str, prometheus::IntCounter)>,
+    /// Exactly-once mode: done records (size, outputs) waiting until every
+    /// record below them is done, then released into the open transaction.
+    staged: BTreeMap<i64, (usize, Vec<Output>)>,
+    owner: EpochRef,
+    /// Exactly-once mode: a release waits for the next transaction to open
+    /// (while [`Worker::releasable`] holds after a unit, none is open).
+    reopened: Option<watch::Receiver<u64>>,
 }
 
 impl<H: Handler> Worker<H> {
@@ -148,6 +159,8 @@ impl<H: Handler> Worker<H> {
         let (groups_tx, groups_rx) = mpsc::unbounded_channel();
         let slot = Arc::new(Slot::new());
         let batching = shared.handler.batching();
+        let owner = EpochRef { partition, epoch, alive: Arc::new(std::sync::atomic::AtomicBool::new(true)) };
+        let reopened = shared.txn.as_ref().map(|t| t.subscribe());
         let worker = Self {
             partition,
             shared,
@@ -171,9 +184,12 @@ impl<H: Handler> Worker<H> {
             spare: None,
             published: None,
             outcomes: Vec::new(),
+            staged: BTreeMap::new(),
+            owner: owner.clone(),
+            reopened,
         };
         runtime.spawn(worker.run());
-        WorkerHandle { tx, slot }
+        WorkerHandle { tx, slot, owner }
     }
 
     async fn run(mut self) {
@@ -222,6 +238,10 @@ impl<H: Handler> Worker<H> {
                 }
                 Some(records) = self.backoffs.next(), if !self.backoffs.is_empty() => {
                     self.retry_now(records);
+                    continue;
+                }
+                Some(Ok(())) = changed(&mut self.reopened), if self.reopened.is_some() && self.releasable() => {
+                    self.release();
                     continue;
                 }
                 Ok(permit) = self.shared.permits.clone().acquire_owned(), if wants_permit => {
@@ -364,6 +384,7 @@ impl<H: Handler> Worker<H> {
             Batching::PerRecord => self.tracker.incomplete() == 0,
             Batching::Batch { .. } => {
                 self.running.is_empty()
+                    && !self.releasable()
                     && self.awaiting.is_empty()
                     && self.resends.is_empty()
                     && self.backoffs.is_empty()
@@ -417,7 +438,9 @@ impl<H: Handler> Worker<H> {
                 m.end_to_end_seconds.observe(now.saturating_sub(t).max(0) as f64 / 1000.0);
             }
             self.unstall(done.offset);
-            if done.outputs.is_empty() {
+            if self.shared.txn.is_some() {
+                self.staged.insert(done.offset, (done.size, done.outputs));
+            } else if done.outputs.is_empty() {
                 immediate.push((done.offset, done.size));
             } else {
                 completes.push((done.offset, done.size));
@@ -443,6 +466,34 @@ impl<H: Handler> Worker<H> {
         if !outputs.is_empty() {
             self.send_group(outputs, completes, 0);
         }
+        self.release();
+    }
+
+    /// Exactly-once mode: whether the lowest unfinished record is done and
+    /// waits to be released (staged records above a record whose retry a
+    /// drain dropped never are: the next owner processes them).
+    fn releasable(&self) -> bool {
+        self.tracker.commit_position().is_some_and(|h| self.staged.contains_key(&h))
+    }
+
+    /// Exactly-once mode: the done records from the lowest unfinished one
+    /// up, in offset order, go into the open transaction with the position
+    /// they reach, in one step (a transaction never holds outputs above the
+    /// offsets committed with it). While no transaction is open they wait.
+    fn release(&mut self) {
+        let Some(txn) = self.shared.txn.clone() else { return };
+        if !self.releasable() {
+            return;
+        }
+        let Some(mut open) = txn.open() else { return };
+        let mut outputs = Vec::new();
+        while let Some(h) = self.tracker.commit_position()
+            && let Some((size, out)) = self.staged.remove(&h)
+        {
+            outputs.extend(out);
+            self.complete(h, size);
+        }
+        open.send(&self.owner, outputs, self.tracker.commit_position());
     }
 
     /// Enqueues `outputs` as one group that completes `records` once acknowledged.
@@ -632,6 +683,14 @@ async fn one_by_one<H: Handler>(handler: &H, records: &[Record]) -> Vec<Result<H
         })
     })
     .await
+}
+
+/// The next transaction opening (never, outside exactly-once mode).
+async fn changed(reopened: &mut Option<watch::Receiver<u64>>) -> Option<Result<(), watch::error::RecvError>> {
+    match reopened {
+        Some(rx) => Some(rx.changed().await),
+        None => std::future::pending().await,
+    }
 }
 
 async fn sleep_until(deadline: Option<Instant>) {

@@ -89,7 +89,6 @@ pub struct Record {
 /// Reads `topic` from the beginning with a fresh group until `expected`
 /// records arrived or `timeout` passed; returns what it read.
 pub async fn consume(kafka: &KafkaConfig, topic: &str, expected: usize, timeout: Duration) -> Vec<Record> {
-    use rdkafka::message::Headers;
     let consumer: StreamConsumer = kafka
         .client()
         .set("group.id", unique("testkit"))
@@ -106,19 +105,61 @@ pub async fn consume(kafka: &KafkaConfig, topic: &str, expected: usize, timeout:
             break;
         }
         match tokio::time::timeout(left, consumer.recv()).await {
-            Ok(Ok(m)) => out.push(Record {
-                key: m.key().unwrap_or_default().to_vec(),
-                payload: m.payload().unwrap_or_default().to_vec(),
-                partition: m.partition(),
-                offset: m.offset(),
-                headers: m
-                    .headers()
-                    .map(|h| h.iter().map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec())).collect())
-                    .unwrap_or_default(),
-            }),
+            Ok(Ok(m)) => out.push(owned(&m)),
             Ok(Err(e)) => panic!("consuming {topic}: {e}"),
             Err(_) => break,
         }
     }
     out
+}
+
+/// Reads all of `topic` (`partitions` of them) as a `read_committed`
+/// reader sees it, to the end of every partition: what committed
+/// transactions (and non-transactional producers) wrote, nothing of an
+/// aborted one. Panics if the end is not reached within `timeout` (an open
+/// transaction holds it back).
+pub async fn consume_committed(kafka: &KafkaConfig, topic: &str, partitions: i32, timeout: Duration) -> Vec<Record> {
+    use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+    let consumer: StreamConsumer = kafka
+        .client()
+        .set("group.id", unique("testkit"))
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("creating a test consumer");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning).expect("a partition");
+    }
+    consumer.assign(&tpl).expect("assigning");
+    let deadline = Instant::now() + timeout;
+    let mut ended = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    while ended.len() < partitions as usize {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, consumer.recv()).await {
+            Ok(Ok(m)) => out.push(owned(&m)),
+            Ok(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
+                ended.insert(p);
+            }
+            Ok(Err(e)) => panic!("consuming {topic}: {e}"),
+            Err(_) => panic!("{topic}: {} of {partitions} partitions read to the end in {timeout:?}", ended.len()),
+        }
+    }
+    out
+}
+
+fn owned(m: &rdkafka::message::BorrowedMessage<'_>) -> Record {
+    use rdkafka::message::Headers;
+    Record {
+        key: m.key().unwrap_or_default().to_vec(),
+        payload: m.payload().unwrap_or_default().to_vec(),
+        partition: m.partition(),
+        offset: m.offset(),
+        headers: m
+            .headers()
+            .map(|h| h.iter().map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec())).collect())
+            .unwrap_or_default(),
+    }
 }

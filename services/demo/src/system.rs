@@ -1,0 +1,218 @@
+//! Everything the demo started, and how it starts each deployable: their
+//! real binaries with the settings a pod would have, on this machine.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use sluice_service::process::free_port;
+
+use crate::args::Args;
+use crate::procs::{Proc, binary};
+
+/// Names of one run: nothing shared with earlier runs.
+#[derive(Debug, Clone)]
+pub struct Names {
+    pub id: String,
+    pub topic: String,
+    pub swaps: String,
+    pub dlq: String,
+    pub group: String,
+    pub prefix: String,
+    /// The schedulers' admin token, fresh for each run.
+    pub admin_token: String,
+}
+
+/// 128 random bits as hex (the standard library's per-process hash keys).
+pub fn fresh_token() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let half = || std::collections::hash_map::RandomState::new().build_hasher().finish();
+    format!("{:016x}{:016x}", half(), half())
+}
+
+/// Everything the demo started.
+pub struct System {
+    pub args: Args,
+    pub names: Names,
+    pub logs: PathBuf,
+    pub chain: Proc,
+    pub chain_url: String,
+    pub schedulers: Vec<Proc>,
+    pub ingest: Vec<Proc>,
+    pub processors: Vec<Proc>,
+    /// sluice-lag, watching the processors' group.
+    pub lag: Option<Proc>,
+    pub next_processor: u32,
+    /// Processes being stopped in the background (scale-down, the ingest).
+    pub stopping: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl System {
+    pub fn env(&self, prefix: &str, pairs: &[(&str, String)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| (format!("{prefix}{k}"), v.clone())).collect()
+    }
+
+    /// A process that should be running and is not.
+    pub fn dead(&mut self) -> Option<String> {
+        std::iter::once(&mut self.chain)
+            .chain(self.schedulers.iter_mut())
+            .chain(self.ingest.iter_mut())
+            .chain(self.processors.iter_mut())
+            .chain(self.lag.iter_mut())
+            .find_map(|p| (!p.is_running()).then(|| p.name.clone()))
+    }
+
+    pub fn start_lag(&mut self) -> anyhow::Result<()> {
+        let port = free_port()?;
+        let env = self.env(
+            "SLUICE_LAG_",
+            &[
+                ("BROKERS", self.args.brokers.clone()),
+                ("GROUPS", self.names.group.clone()),
+                ("ADMIN_LISTEN", format!("127.0.0.1:{port}")),
+                ("POLL_INTERVAL_MS", "1000".into()),
+                ("RATE_WINDOW_MS", "5000".into()),
+            ],
+        );
+        self.lag = Some(Proc::start("lag-0", &binary("sluice-lag")?, &[], &env, port, &self.logs)?);
+        Ok(())
+    }
+
+    /// sluice-lag's picture of the processors' group.
+    pub fn lag_picture(&self) -> Option<sluice_lag::picture::GroupPicture> {
+        let port = self.lag.as_ref()?.admin_port;
+        let (code, body) = sluice_service::process::http_get(port, &format!("/groups/{}", self.names.group))?;
+        (code == 200).then(|| serde_json::from_str(&body).ok()).flatten()
+    }
+
+    /// What a PodMonitor would give Prometheus, as file-based discovery: every
+    /// service's newest `/metrics` as `<process>.prom`, and `targets.json`.
+    pub fn write_scrapes(&self, dir: &std::path::Path, texts: &[(&Proc, &str)]) -> anyhow::Result<()> {
+        let mut targets = Vec::new();
+        for (proc, text) in texts {
+            if !text.is_empty() {
+                std::fs::write(dir.join(format!("{}.prom", proc.name)), text)?;
+            }
+            let component = proc.name.split('-').next().unwrap_or_default();
+            targets.push(serde_json::json!({
+                "targets": [format!("127.0.0.1:{}", proc.admin_port)],
+                "labels": {"namespace": "sluice-demo", "pod": proc.name, "app_kubernetes_io_component": component},
+            }));
+        }
+        // Replaced whole (rename), so Prometheus never reads half a file.
+        let tmp = dir.join("targets.json.tmp");
+        std::fs::write(&tmp, serde_json::to_vec(&targets)?)?;
+        std::fs::rename(&tmp, dir.join("targets.json"))?;
+        Ok(())
+    }
+
+    pub fn start_processor(&mut self) -> anyhow::Result<()> {
+        self.next_processor += 1;
+        let name = format!("processor-{}", self.next_processor);
+        let port = free_port()?;
+        let n = &self.names;
+        let env = self.env(
+            "SLUICE_PROCESSOR_",
+            &[
+                ("KAFKA_BROKERS", self.args.brokers.clone()),
+                ("REDIS_URL", self.args.redis_url.clone()),
+                ("REDIS_PREFIX", n.prefix.clone()),
+                ("GROUP_ID", n.group.clone()),
+                ("INPUT_TOPIC", n.topic.clone()),
+                ("SWAPS_TOPIC", n.swaps.clone()),
+                ("DLQ_TOPIC", n.dlq.clone()),
+                ("ADMIN_LISTEN", format!("127.0.0.1:{port}")),
+                ("SESSION_TIMEOUT_MS", "15000".into()),
+                ("SHUTDOWN_DEADLINE_MS", "20000".into()),
+            ],
+        );
+        // The soak: exactly-once outputs, and the audit log its check reads.
+        let env = if self.args.chaos {
+            let soak = [
+                ("EXACTLY_ONCE", "true".into()),
+                ("TRANSACTION_TIMEOUT_MS", "5000".into()),
+                ("AUDIT_APPLIED", "true".into()),
+            ];
+            [env, self.env("SLUICE_PROCESSOR_", &soak)].concat()
+        } else {
+            env
+        };
+        let p = Proc::start(&name, &binary("processor")?, &[], &env, port, &self.logs)?;
+        self.processors.push(p);
+        Ok(())
+    }
+
+    pub fn start_ingest(&mut self, i: usize) -> anyhow::Result<()> {
+        let port = free_port()?;
+        let n = &self.names;
+        let env = self.env(
+            "SLUICE_INGEST_",
+            &[
+                ("KAFKA_BROKERS", self.args.brokers.clone()),
+                ("REDIS_URL", self.args.redis_url.clone()),
+                ("REDIS_PREFIX", n.prefix.clone()),
+                ("CHAIN_URL", self.chain_url.clone()),
+                ("TOPIC", n.topic.clone()),
+                ("INSTANCE_ID", format!("ingest-{i}")),
+                ("LEASE_TTL_MS", "3000".into()),
+                ("ADMIN_LISTEN", format!("127.0.0.1:{port}")),
+            ],
+        );
+        let p = Proc::start(&format!("ingest-{i}"), &binary("sluice-ingest")?, &[], &env, port, &self.logs)?;
+        self.ingest.push(p);
+        Ok(())
+    }
+
+    pub fn start_scheduler(&mut self, i: usize) -> anyhow::Result<u16> {
+        let port = free_port()?;
+        let grpc = free_port()?;
+        let env = self.env(
+            "SLUICE_SCHEDULER_",
+            &[
+                ("REDIS_URL", self.args.redis_url.clone()),
+                ("REDIS_PREFIX", self.names.prefix.clone()),
+                ("CHAIN_URL", self.chain_url.clone()),
+                ("INSTANCE_ID", format!("scheduler-{i}")),
+                ("ADMIN_LISTEN", format!("127.0.0.1:{port}")),
+                ("GRPC_LISTEN", format!("127.0.0.1:{grpc}")),
+                ("ADMIN_TOKEN", self.names.admin_token.clone()),
+                ("LEASE_TTL_MS", "3000".into()),
+                ("JOB_HEARTBEAT_SCHEDULE", "*/5 * * * * *".into()),
+                ("JOB_TOKEN_REFRESH_SCHEDULE", "*/15 * * * * *".into()),
+                ("JOB_POOL_RECONCILE_SCHEDULE", "*/20 * * * * *".into()),
+                ("JOB_POOL_RECONCILE_CATCH_UP_WINDOW_MS", "10000".into()),
+            ],
+        );
+        let p = Proc::start(&format!("scheduler-{i}"), &binary("sluice-scheduler")?, &[], &env, port, &self.logs)?;
+        self.schedulers.push(p);
+        Ok(grpc)
+    }
+}
+
+/// The group's lag and committed total, from Kafka.
+pub fn lag(consumer: &BaseConsumer, topic: &str, partitions: u32) -> Option<(u64, u64, u64)> {
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions as i32 {
+        tpl.add_partition(topic, p);
+    }
+    let committed = consumer.committed_offsets(tpl, Duration::from_secs(5)).ok()?;
+    let (mut lag, mut done, mut end) = (0u64, 0u64, 0u64);
+    for e in committed.elements() {
+        let c = if let Offset::Offset(o) = e.offset() { o.max(0) as u64 } else { 0 };
+        let high = consumer.fetch_watermarks(topic, e.partition(), Duration::from_secs(5)).ok()?.1.max(0) as u64;
+        lag += high.saturating_sub(c);
+        done += c;
+        end += high;
+    }
+    Some((lag, done, end))
+}
+
+pub async fn wait_for(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> bool) -> anyhow::Result<()> {
+    let deadline = Instant::now() + limit;
+    while !check().await {
+        anyhow::ensure!(Instant::now() < deadline, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
+}
