@@ -30,8 +30,8 @@ pub struct Outputs {
     /// `Swap` records beyond one per (pool, sequence), any slot.
     pub duplicate_swaps: usize,
     /// Of those, the ones the processors added: beyond one per copy of the
-    /// input record that carries the swap (must be 0 with exactly-once
-    /// outputs; a record the ingest sent twice is processed twice).
+    /// input record that carries the swap (a record the ingest sent twice
+    /// is processed twice); the rest came from duplicate inputs.
     pub duplicate_swaps_from_processors: usize,
     pub expected_dead_letters: usize,
     pub missing_dead_letters: usize,
@@ -41,7 +41,7 @@ pub struct Outputs {
     pub duplicate_dead_letters_from_processors: usize,
     pub dead_letters_without_reason: usize,
     /// Input records beyond one per (transaction, record key): what the
-    /// ingest sent twice (its output is at-least-once across takeovers).
+    /// ingest sent twice.
     pub duplicate_inputs: usize,
     /// From the audit log of applied sequences (every pool).
     pub double_applied: usize,
@@ -52,9 +52,10 @@ pub struct Outputs {
 impl Outputs {
     pub fn passed(&self) -> bool {
         self.lost_swaps == 0
-            && self.duplicate_swaps_from_processors == 0
+            && self.duplicate_swaps == 0
+            && self.duplicate_inputs == 0
             && self.missing_dead_letters == 0
-            && self.duplicate_dead_letters_from_processors == 0
+            && self.duplicate_dead_letters == 0
             && self.dead_letters_without_reason == 0
             && self.double_applied == 0
             && self.out_of_order == 0

@@ -337,7 +337,7 @@ fn chaos_lines(c: &crate::chaos::ChaosReport, line: &mut impl FnMut(String)) {
         return;
     };
     line(format!(
-        "dex.swaps (read_committed) {:>10}  swaps expected up to slot {}, {} lost (must be 0), {} duplicates: {} added by the processors (must be 0), the rest from input records the ingest sent twice",
+        "dex.swaps (read_committed) {:>10}  swaps expected up to slot {}, {} lost, {} duplicates (both must be 0; {} added by the processors, the rest from input records sent twice)",
         thousands(o.expected_swaps as f64),
         o.up_to_slot,
         o.lost_swaps,
@@ -345,7 +345,7 @@ fn chaos_lines(c: &crate::chaos::ChaosReport, line: &mut impl FnMut(String)) {
         o.duplicate_swaps_from_processors
     ));
     line(format!(
-        "dead letters             {:>12}  expected, {} missing, {} without a reason (both must be 0), {} duplicates: {} added by the processors (must be 0)",
+        "dead letters             {:>12}  expected, {} missing, {} without a reason, {} duplicates (all must be 0; {} added by the processors)",
         o.expected_dead_letters,
         o.missing_dead_letters,
         o.dead_letters_without_reason,
@@ -353,7 +353,7 @@ fn chaos_lines(c: &crate::chaos::ChaosReport, line: &mut impl FnMut(String)) {
         o.duplicate_dead_letters_from_processors
     ));
     line(format!(
-        "effects (audit log)      {:>12}  double-applied, {} out of order, {} never applied (all must be 0); {} input records sent twice by the ingest",
+        "effects (audit log)      {:>12}  double-applied, {} out of order, {} never applied; {} input records sent twice by the ingest (all must be 0)",
         o.double_applied, o.out_of_order, o.lost_effects, o.duplicate_inputs
     ));
 }

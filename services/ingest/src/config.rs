@@ -35,8 +35,8 @@ pub enum LostCursor {
     /// Do not stream (an error, `sluice_ingest_cursor_lost` 1) until the
     /// cursor is restored or this is set to `resend`.
     Stop,
-    /// Send the chain again from `START`; the topic's records are counted
-    /// as sent again.
+    /// Read the chain again from `START`, sending only what the topic does
+    /// not hold yet.
     Resend,
 }
 

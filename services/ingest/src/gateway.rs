@@ -13,9 +13,9 @@
 //! and is written to Redis fenced by the lease. A dropped stream is
 //! re-opened with backoff and resumes exactly where sending stopped; a lost
 //! lease or a fence stops sending at once and the instance goes back to
-//! standby. A restart or a takeover resumes after the stored cursor:
-//! records sent past it are sent again (counted; the processors' effects
-//! are idempotent).
+//! standby. A restart or a takeover resumes after the stored cursor, and
+//! what was committed past it is found in the topic and not sent again
+//! ([`crate::resent`]): the topic holds each record once.
 
 use std::time::{Duration, Instant};
 
@@ -207,17 +207,17 @@ impl Gateway {
         }
     }
 
-    /// The topic's newest records, to count what this period sends again.
-    /// Unreadable (logged, `errors{operation="tail"}`): nothing is counted.
-    async fn already_sent(&self) -> AlreadySent {
+    /// The topic's newest records: what this period need not send again.
+    /// Unreadable (`errors{operation="tail"}`), the period does not start:
+    /// sending blind would add duplicates.
+    async fn already_sent(&self) -> Result<AlreadySent, End> {
         let (kafka, topic) = (self.config.kafka.clone(), self.config.topic.clone());
         let read = tokio::task::spawn_blocking(move || newest_records(&kafka, &topic, TAIL_TIMEOUT)).await;
         match read.map_err(|e| e.to_string()).and_then(|tails| tails.map_err(|e| e.to_string())) {
-            Ok(tails) => AlreadySent::from_tails(&tails),
+            Ok(tails) => Ok(AlreadySent::from_tails(&tails)),
             Err(e) => {
                 self.metrics.errors.with_label_values(&["tail"]).inc();
-                tracing::warn!(error = %e, "Cannot read the topic's newest records; records sent again go uncounted");
-                AlreadySent::default()
+                Err(End::Failed(format!("cannot read the topic's newest records, so what it holds already: {e}")))
             }
         }
     }
@@ -269,20 +269,25 @@ impl Gateway {
             Ok(p) => p,
             Err(e) => return e.into(),
         };
-        let already = self.already_sent().await;
+        let already = match self.already_sent().await {
+            Ok(a) => a,
+            Err(end) => return end,
+        };
         if let (None, Some(newest)) = (cursor, already.newest_slot()) {
             if self.config.lost_cursor == LostCursor::Stop {
                 self.metrics.cursor_lost.set(1);
                 return End::Failed(format!(
                     "Redis holds no cursor ({}ingest:cursor), but {} already holds records up to slot {newest}: \
                      Redis was reset or replaced. Not streaming. Restore the cursor, or set \
-                     SLUICE_INGEST_LOST_CURSOR=resend to send the chain again from START (counted as sent again)",
+                     SLUICE_INGEST_LOST_CURSOR=resend to read the chain again from START (what the topic holds \
+                     is not sent again)",
                     self.config.redis_prefix, self.config.topic
                 ));
             }
             tracing::warn!(
                 newest,
-                "No cursor, but the topic holds records: sending again from START (LOST_CURSOR=resend)"
+                "No cursor, but the topic holds records: reading the chain again from START, sending what the topic \
+                 lacks (LOST_CURSOR=resend)"
             );
         }
         self.metrics.cursor_lost.set(0);
@@ -296,7 +301,7 @@ impl Gateway {
                 Err(e) => return End::Failed(format!("recording the start: {e}")),
             }
         }
-        tracing::info!(first_slot = first, ?cursor, partitions_written = already.partitions(), "Streaming");
+        tracing::info!(first_slot = first, ?cursor, partitions_written = already.partitions_written(), "Streaming");
         let mut session = Session { tracker: SlotTracker::new(first), written: cursor, already };
         let mut backoff = self.config.reconnect_min;
         // Transactional: each tick commits what was sent, then records the cursor.
@@ -413,13 +418,19 @@ impl Gateway {
                 let payload = tx.encode_to_vec();
                 let keys = record_keys(&tx);
                 let first = session.tracker.next_seq();
-                let mut acked = Vec::new();
+                let (mut acked, mut sent) = (Vec::new(), 0);
                 for (i, key) in keys.iter().enumerate() {
                     let at = Position { slot: tx.slot, index: tx.index, key: i as u32 };
-                    let tag = (first + i as u64, Instant::now(), at);
-                    acked.extend(producer.send(&self.config.topic, key.as_bytes(), &payload, tag).await?);
+                    let partition = session.already.partition(key);
+                    if partition.is_some_and(|p| session.already.contains(p, at)) {
+                        self.metrics.skipped_records.inc();
+                        continue;
+                    }
+                    let tag = (first + sent, Instant::now(), at);
+                    acked.extend(producer.send_to(&self.config.topic, partition, key.as_bytes(), &payload, tag).await?);
+                    sent += 1;
                 }
-                session.tracker.sent(tx.index, keys.len() as u64);
+                session.tracker.sent(tx.index, sent);
                 self.acked(session, acked);
                 self.metrics.produced_transactions.inc();
                 self.metrics.in_flight.set(session.tracker.in_flight() as i64);

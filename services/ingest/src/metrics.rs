@@ -13,6 +13,7 @@ pub struct Metrics {
     /// Records the topic already held, sent again (after a takeover, a
     /// restart or a lost cursor; the processors' effects ignore them).
     pub resent_records: IntCounter,
+    pub skipped_records: IntCounter,
     /// 1 while this instance refuses to stream because Redis lost the cursor
     /// of a topic that holds records (`LOST_CURSOR=stop`).
     pub cursor_lost: IntGauge,
@@ -68,8 +69,13 @@ impl Metrics {
             produced_transactions: counter("sluice_ingest_produced_transactions_total", "Chain transactions sent."),
             resent_records: counter(
                 "sluice_ingest_resent_records_total",
-                "Records acknowledged that the topic already held when this active period began (sent again after a \
-                 takeover, a restart or a lost cursor; the processors apply them once).",
+                "Records acknowledged at or before the newest record their partition held when this active period \
+                 began: duplicates in the topic (0 unless another producer wrote the topic meanwhile).",
+            ),
+            skipped_records: counter(
+                "sluice_ingest_skipped_records_total",
+                "Records not sent because the topic already held them when this active period began (committed by \
+                 the previous active instance, or by this one before a restart, past the stored cursor).",
             ),
             cursor_lost: gauge(
                 "sluice_ingest_cursor_lost",

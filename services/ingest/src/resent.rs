@@ -1,21 +1,27 @@
-//! What an active period sends again: records already in the topic.
+//! What an active period need not send: records already in the topic.
 //!
-//! At the start of an active period the ingest reads the newest record of
-//! each partition. Whoever wrote the topic before (the previous active
-//! instance, or this one before a restart) sent the chain in order, and its
-//! idempotent producer leaves no gap in a partition, so a record this period
-//! writes to a partition at or before that partition's newest position was
-//! there already: it is a duplicate, counted in
-//! `sluice_ingest_resent_records_total`. Counted at the acknowledgement,
-//! which names the partition. This holds whatever Redis remembers: after a
-//! wiped cursor sends the chain again from the start, every record the
-//! topic already held is counted.
+//! At the start of an active period (after its transactional producer has
+//! fenced the previous holder, whose open transaction is then aborted) the
+//! ingest reads the newest committed record of each partition. Whoever wrote
+//! the topic before (the previous active instance, or this one before a
+//! restart) sent the chain in order, and its idempotent, transactional
+//! producer leaves no gap in what a partition commits, so a record this
+//! period would write to a partition at or before that partition's newest
+//! position is there already. It is not sent again (counted in
+//! `sluice_ingest_skipped_records_total`): a takeover, a restart, or a
+//! resend from the start after a lost cursor adds no duplicate. The ingest
+//! names each record's partition itself ([`sluice_kafka::partition`], the
+//! rule librdkafka applies) to know it before sending; a record acknowledged
+//! at or before its partition's newest all the same is counted in
+//! `sluice_ingest_resent_records_total` (0 unless something else wrote the
+//! topic meanwhile).
 
 use std::collections::HashMap;
 
 use prost::Message;
 use sluice_core::route::record_keys;
-use sluice_kafka::tail::Tail;
+use sluice_kafka::partition;
+use sluice_kafka::tail::{Tail, Tails};
 use sluice_proto::chain::v1::ChainTransaction;
 
 /// A record's place in the chain: its transaction, then which of the
@@ -27,18 +33,29 @@ pub struct Position {
     pub key: u32,
 }
 
-/// The newest position in each partition when the period started.
+/// The newest position in each partition when the period started, and how
+/// many partitions the topic had.
 #[derive(Debug, Clone, Default)]
 pub struct AlreadySent {
     newest: HashMap<i32, Position>,
+    partitions: usize,
 }
 
 impl AlreadySent {
     /// From the partitions' newest records; one that is not a transaction of
     /// this topic's shape (nothing Sluice wrote) says nothing.
-    pub fn from_tails(tails: &[Tail]) -> Self {
-        let newest = tails.iter().filter_map(|t| Some((t.partition, position_of(t)?))).collect();
-        Self { newest }
+    pub fn from_tails(tails: &Tails) -> Self {
+        let newest = tails.newest.iter().filter_map(|t| Some((t.partition, position_of(t)?))).collect();
+        Self { newest, partitions: tails.partitions }
+    }
+
+    /// The partition a record keyed `key` goes to, named by the ingest so
+    /// it is known before the send: the partition count read at the
+    /// period's start (`None`: a topic with no partitions yet, where the
+    /// producer chooses). Partitions added later are used from the next
+    /// active period on, so a key never moves within one.
+    pub fn partition(&self, key: &str) -> Option<i32> {
+        partition::by_key(key.as_bytes(), self.partitions)
     }
 
     /// Whether a record at `at`, acknowledged in `partition`, was there before.
@@ -46,7 +63,8 @@ impl AlreadySent {
         self.newest.get(&partition).is_some_and(|newest| at <= *newest)
     }
 
-    pub fn partitions(&self) -> usize {
+    /// Partitions that hold a record of the chain.
+    pub fn partitions_written(&self) -> usize {
         self.newest.len()
     }
 
@@ -82,11 +100,14 @@ mod tests {
         };
         let keys = record_keys(&tx);
         let newest_key = keys[0];
-        let sent = AlreadySent::from_tails(&[
-            tail(0, &tx, newest_key),
-            Tail { partition: 1, offset: 5, key: Some(b"k".to_vec()), payload: Some(b"\xff not a tx".to_vec()) },
-        ]);
-        assert_eq!(sent.partitions(), 1, "a record that is not a transaction says nothing");
+        let sent = AlreadySent::from_tails(&Tails {
+            partitions: 3,
+            newest: vec![
+                tail(0, &tx, newest_key),
+                Tail { partition: 1, offset: 5, key: Some(b"k".to_vec()), payload: Some(b"\xff not a tx".to_vec()) },
+            ],
+        });
+        assert_eq!(sent.partitions_written(), 1, "a record that is not a transaction says nothing");
         assert_eq!((sent.newest_slot(), AlreadySent::default().newest_slot()), (Some(7), None));
         let at = |slot, index, key| Position { slot, index, key };
         assert!(sent.contains(0, at(7, 3, 0)), "the newest itself");
@@ -94,5 +115,13 @@ mod tests {
         assert!(!sent.contains(0, at(7, 3, 1)), "a later key of the same transaction");
         assert!(!sent.contains(0, at(7, 4, 0)) && !sent.contains(0, at(8, 0, 0)), "anything later");
         assert!(!sent.contains(1, at(0, 0, 0)) && !sent.contains(2, at(0, 0, 0)), "an unknown or empty partition");
+        // A key is looked up in the partition the ingest names for it.
+        let in_zero =
+            (0..).map(|i| format!("key{i}")).find(|k| sent.partition(k) == Some(0)).expect("a key of partition 0");
+        let elsewhere = (0..).map(|i| format!("key{i}")).find(|k| sent.partition(k) == Some(2)).expect("one of 2");
+        let holds = |key: &str, at| sent.partition(key).is_some_and(|p| sent.contains(p, at));
+        assert!(holds(&in_zero, at(7, 3, 0)) && !holds(&in_zero, at(7, 3, 1)));
+        assert!(!holds(&elsewhere, at(0, 0, 0)), "partition 2 holds nothing");
+        assert_eq!(AlreadySent::default().partition("key"), None, "no partitions known: the producer chooses");
     }
 }

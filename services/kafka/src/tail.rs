@@ -19,6 +19,15 @@ pub struct Tail {
     pub payload: Option<Vec<u8>>,
 }
 
+/// What a topic holds at its end: how many partitions it has, and the
+/// newest committed record of each one that holds any.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tails {
+    pub partitions: usize,
+    /// By partition; a partition with no committed record has none.
+    pub newest: Vec<Tail>,
+}
+
 /// Why the tails could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum TailError {
@@ -34,23 +43,25 @@ pub enum TailError {
 /// found or the partition's start is reached.
 const LOOK_BACK: i64 = 16;
 
-/// The newest record of every non-empty partition of `topic` (blocking;
-/// `timeout` bounds the whole read). No group: it assigns, reads to each
-/// partition's end and commits nothing. A partition that holds no committed
-/// record at all has no tail.
-pub fn newest_records(config: &KafkaConfig, topic: &str, timeout: Duration) -> Result<Vec<Tail>, TailError> {
+/// The newest committed record of every non-empty partition of `topic`
+/// (blocking; `timeout` bounds the whole read). No group: it assigns, reads
+/// `read_committed` to each partition's end and commits nothing. A partition
+/// that holds no committed record at all has no tail.
+pub fn newest_records(config: &KafkaConfig, topic: &str, timeout: Duration) -> Result<Tails, TailError> {
     let kafka = |source| TailError::Kafka { topic: topic.to_string(), source };
     let consumer: BaseConsumer = config
         .client()
         .set("group.id", "sluice-tail-reader")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
+        .set("isolation.level", "read_committed")
         .create()
         .map_err(kafka)?;
     let deadline = Instant::now() + timeout;
     let left = || deadline.saturating_duration_since(Instant::now());
     let metadata = consumer.fetch_metadata(Some(topic), left()).map_err(kafka)?;
     let partitions: Vec<i32> = metadata.topics().iter().flat_map(|t| t.partitions().iter().map(|p| p.id())).collect();
+    let count = partitions.len();
     // Per partition still without a tail: (its start, its end).
     let mut bounds: HashMap<i32, (i64, i64)> = HashMap::new();
     for partition in partitions {
@@ -72,7 +83,7 @@ pub fn newest_records(config: &KafkaConfig, topic: &str, timeout: Duration) -> R
         look_back = look_back.saturating_mul(8);
     }
     done.sort_by_key(|t| t.partition);
-    Ok(done)
+    Ok(Tails { partitions: count, newest: done })
 }
 
 /// Reads the last `look_back` offsets of each partition in `bounds` to its
