@@ -195,6 +195,9 @@ def exactly_once_lines(f):
     rows = [
         ["backlog drain, records/s (median)", f"{n0(a['records_per_sec'])} ({rates(e['at_least_once'])})",
          f"{n0(x['records_per_sec'])} ({rates(e['exactly_once'])})", f"{e['over_at_least_once']:.3f}"],
+        *([["backlog drain, each exactly-once drain ÷ the at-least-once one before it",
+             "", ", ".join(f"{x:.3f}" for x in e["pair_ratios"]), f"{e['over_at_least_once_paired']:.3f} (median)"]]
+          if "pair_ratios" in e else []),
         ["backlog drain, whole-system CPU-µs/record (median)", f"{a['system_cpu_us_per_record']:.2f}",
          f"{x['system_cpu_us_per_record']:.2f}", f"{x['system_cpu_us_per_record'] / a['system_cpu_us_per_record']:.3f}"],
         ["backlog drain, processor CPU-µs/record (median)", f"{a['process_cpu_us_per_record']:.2f}",

@@ -71,6 +71,8 @@ pub struct Options {
     /// Also run the processor with exactly-once outputs, transactions at
     /// this interval (backlog drains and an open loop, same run).
     pub exactly_once: Option<Duration>,
+    /// Drains of each kind in the exactly-once comparison.
+    pub exactly_once_drains: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -115,7 +117,7 @@ pub struct Backlog {
 }
 
 /// Exactly-once against at-least-once on the same backlog, drained
-/// alternately ([`EXACTLY_ONCE_DRAINS`] of each, the backlog's first drain
+/// alternately (`--exactly-once-drains` of each, the backlog's first drain
 /// the first at-least-once one), so the machine's and the broker's drift
 /// over the run (a broker still compiling, a noisy neighbour) falls on both.
 #[derive(Debug, Clone, Serialize)]
@@ -128,6 +130,10 @@ pub struct ExactlyOnceDrains {
     pub exactly_once_median: Medians,
     /// Exactly-once ÷ at-least-once, of the median rates.
     pub over_at_least_once: f64,
+    /// Each exactly-once drain ÷ the at-least-once drain just before it,
+    /// and their median: drift between pairs cancels.
+    pub pair_ratios: Vec<f64>,
+    pub over_at_least_once_paired: f64,
     /// Of the exactly-once drains, together.
     pub transactions_committed: u64,
     pub transactions_aborted: u64,
@@ -141,13 +147,16 @@ pub struct Medians {
     pub process_cpu_us_per_record: f64,
 }
 
+/// The middle value (the upper one of an even count; 0 of none).
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
 impl Medians {
     fn of(drains: &[Drain]) -> Self {
-        let median = |f: &dyn Fn(&Drain) -> f64| {
-            let mut v: Vec<f64> = drains.iter().map(f).collect();
-            v.sort_by(f64::total_cmp);
-            v.get(v.len() / 2).copied().unwrap_or(0.0)
-        };
+        let median = |f: &dyn Fn(&Drain) -> f64| median(&drains.iter().map(f).collect::<Vec<_>>());
         Self {
             records_per_sec: median(&|d| d.records_per_sec),
             system_cpu_us_per_record: median(&|d| {
@@ -158,9 +167,6 @@ impl Medians {
         }
     }
 }
-
-/// Drains of each kind in the exactly-once comparison.
-const EXACTLY_ONCE_DRAINS: usize = 3;
 
 /// One drain of the backlog by the processor.
 #[derive(Debug, Clone, Serialize)]
@@ -315,6 +321,7 @@ pub async fn run(options: &Options) -> Result<Figures> {
         partitions,
         ceiling_transactions: options.ceiling_transactions,
         exactly_once: options.exactly_once,
+        exactly_once_drains: options.exactly_once_drains.max(1),
     };
     let backlog = backlog(&stack, &jmx, &shape).await?;
 
@@ -459,22 +466,27 @@ async fn drain_exactly_once(
     let settings = exactly_once_settings(every);
     let (mut at_least_once, mut exactly_once) = (vec![first.clone()], Vec::new());
     let (mut committed, mut aborted) = (0, 0);
-    for i in 0..EXACTLY_ONCE_DRAINS {
+    let drains = shape.exactly_once_drains;
+    for i in 0..drains {
         eprintln!("  processor draining the backlog with exactly-once outputs ({} ms transactions)", every.as_millis());
         let (drain, _, metrics) =
             drain_processor(stack, jmx, shape, input, &format!("drain-eos{i}"), &settings).await?;
         committed += metrics.transactions.with_label_values(&["committed"]).get();
         aborted += metrics.transactions.with_label_values(&["aborted"]).get();
         exactly_once.push(drain);
-        if at_least_once.len() < EXACTLY_ONCE_DRAINS {
+        if at_least_once.len() < drains {
             eprintln!("  processor draining the backlog at-least-once again");
             at_least_once.push(drain_processor(stack, jmx, shape, input, &format!("drain-alo{i}"), &[]).await?.0);
         }
     }
     let (a, e) = (Medians::of(&at_least_once), Medians::of(&exactly_once));
+    let pair_ratios: Vec<f64> =
+        exactly_once.iter().zip(&at_least_once).map(|(e, a)| e.records_per_sec / a.records_per_sec.max(1e-9)).collect();
     Ok(ExactlyOnceDrains {
         interval_ms: every.as_millis() as u64,
         over_at_least_once: e.records_per_sec / a.records_per_sec.max(1e-9),
+        over_at_least_once_paired: median(&pair_ratios),
+        pair_ratios,
         at_least_once_median: a,
         exactly_once_median: e,
         at_least_once,
@@ -522,6 +534,7 @@ struct Shape<'a> {
     partitions: usize,
     ceiling_transactions: Option<Duration>,
     exactly_once: Option<Duration>,
+    exactly_once_drains: usize,
 }
 
 /// What names one open loop and sets it apart: its topics' and group's

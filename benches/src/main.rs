@@ -124,6 +124,9 @@ enum Mode {
         /// exactly-once open loop at the same rate as the first.
         #[arg(long)]
         exactly_once_ms: Option<u64>,
+        /// With --exactly-once-ms: drains of each kind, alternating.
+        #[arg(long, default_value_t = 3)]
+        exactly_once_drains: usize,
     },
     /// Experiment 5: a backlog drained by 1, 2 and 4 processor instances
     /// (production handler on the local broker and Redis, plus simulated IO).
@@ -325,6 +328,7 @@ fn main() -> Result<()> {
             min_over_ceiling,
             ceiling_transactions_ms,
             exactly_once_ms,
+            exactly_once_drains,
             ..
         } => {
             let mode = if mode == StressMode::Full { broker::Mode::Full } else { broker::Mode::Kafka };
@@ -339,6 +343,7 @@ fn main() -> Result<()> {
                 profile,
                 ceiling_transactions: ceiling_transactions_ms.map(std::time::Duration::from_millis),
                 exactly_once: exactly_once_ms.map(std::time::Duration::from_millis),
+                exactly_once_drains,
             };
             let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             let f = tokio.block_on(broker::run(&options))?;

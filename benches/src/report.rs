@@ -52,12 +52,13 @@ pub fn print(f: &Figures) {
         };
         let (a, x) = (&e.at_least_once_median, &e.exactly_once_median);
         println!(
-            "  exactly-once {:>4} ms: median {:.0} records/s = {:.3} × at-least-once's {:.0} (drains {} vs {}); \
+            "  exactly-once {:>4} ms: median {:.0} records/s = {:.3} × at-least-once's {:.0} (paired: {:.3}; drains {} vs {}); \
              system CPU-µs/record {:.2} vs {:.2}, processor {:.2} vs {:.2}; {} transactions committed, {} aborted",
             e.interval_ms,
             x.records_per_sec,
             e.over_at_least_once,
             a.records_per_sec,
+            e.over_at_least_once_paired,
             rates(&e.exactly_once),
             rates(&e.at_least_once),
             x.system_cpu_us_per_record,

@@ -24,7 +24,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::ConsumerGroupMetadata;
@@ -99,6 +99,11 @@ pub(crate) struct Transactions {
     /// paused) leaves it unusable.
     producer: RwLock<Arc<ThreadedProducer<TxnContext>>>,
     client: ClientConfig,
+    /// Held shared by every release in progress, so releases enqueue their
+    /// outputs side by side; the driver takes it alone to close the open
+    /// transaction, so no release straddles two transactions. Taken before
+    /// `state`, never after.
+    gate: RwLock<()>,
     state: Mutex<State>,
     reopened: watch::Sender<u64>,
     requests: Mutex<Requests>,
@@ -110,10 +115,11 @@ pub(crate) struct Transactions {
     generation: Box<dyn Fn() -> Option<String> + Send + Sync>,
 }
 
-/// The open transaction, for one release by a worker.
+/// The open transaction, for one release by a worker: it stays open
+/// while this is held.
 pub(crate) struct Open<'a> {
     txn: &'a Transactions,
-    state: MutexGuard<'a, State>,
+    _gate: RwLockReadGuard<'a, ()>,
 }
 
 impl Open<'_> {
@@ -124,20 +130,24 @@ impl Open<'_> {
         if !owner.alive.load(Ordering::Acquire) {
             return;
         }
+        // Enqueued outside the state's lock: other workers' releases go on
+        // meanwhile, and the transaction cannot close under them (the gate).
+        let refused = if outputs.is_empty() { None } else { self.txn.enqueue(&outputs).err() };
+        let mut state = self.txn.lock();
+        if let Some(e) = refused {
+            // The transaction aborts and everything it held goes again.
+            tracing::warn!(partition = owner.partition, error = %e, "Output refused inside a transaction; it will abort");
+            state.poisoned = true;
+        }
         if !outputs.is_empty() {
-            if let Err(e) = self.txn.enqueue(&outputs) {
-                // The transaction aborts and everything it held goes again.
-                tracing::warn!(partition = owner.partition, error = %e, "Output refused inside a transaction; it will abort");
-                self.state.poisoned = true;
-            }
-            self.state.retained.push(Retained { owner: owner.clone(), outputs });
+            state.retained.push(Retained { owner: owner.clone(), outputs });
         }
         if let Some(p) = position {
-            self.state.dirty.insert(owner.partition, (owner.epoch, p));
-            match self.state.latest.get_mut(&owner.partition) {
+            state.dirty.insert(owner.partition, (owner.epoch, p));
+            match state.latest.get_mut(&owner.partition) {
                 Some((by, at)) if by.epoch == owner.epoch => *at = p,
                 _ => {
-                    self.state.latest.insert(owner.partition, (owner.clone(), p));
+                    state.latest.insert(owner.partition, (owner.clone(), p));
                 }
             }
         }
@@ -185,6 +195,7 @@ impl Transactions {
         let txn = Arc::new(Self {
             producer: RwLock::new(Arc::new(producer)),
             client,
+            gate: RwLock::new(()),
             state: Mutex::new(State { open: true, ..State::default() }),
             reopened,
             requests: Mutex::new(Requests::default()),
@@ -227,8 +238,8 @@ impl Transactions {
     /// The open transaction, or `None` while one is being ended (the caller
     /// waits for [`Transactions::subscribe`] to change).
     pub(crate) fn open(&self) -> Option<Open<'_>> {
-        let state = self.lock();
-        state.open.then_some(Open { txn: self, state })
+        let gate = self.gate.read().unwrap_or_else(|e| e.into_inner());
+        self.lock().open.then_some(Open { txn: self, _gate: gate })
     }
 
     /// Changes each time a transaction opens.
@@ -364,6 +375,8 @@ impl Transactions {
     /// opens the next one.
     fn end(&self, ending: &[i32]) -> Result<Outcome, TxnFailed> {
         let (dirty, retained, poisoned) = {
+            // Alone at the gate: every release in progress has finished.
+            let _closing = self.gate.write().unwrap_or_else(|e| e.into_inner());
             let mut state = self.lock();
             if let Some(why) = &state.failed {
                 return Err(TxnFailed(why.clone()));
