@@ -15,7 +15,8 @@
 //! lease or a fence stops sending at once and the instance goes back to
 //! standby. A restart or a takeover resumes after the stored cursor, and
 //! what was committed past it is found in the topic and not sent again
-//! ([`crate::resent`]): the topic holds each record once.
+//! ([`crate::resent`]): the topic holds each record once. (Without
+//! transactions it is sent again and counted.)
 
 use std::time::{Duration, Instant};
 
@@ -302,7 +303,12 @@ impl Gateway {
             }
         }
         tracing::info!(first_slot = first, ?cursor, partitions_written = already.partitions_written(), "Streaming");
-        let mut session = Session { tracker: SlotTracker::new(first), written: cursor, already };
+        // Only a transactional writer leaves what a partition holds below its
+        // newest record complete: an idempotent one may leave a gap after a
+        // failed delivery (a later record landed, the failed one did not), so
+        // without transactions what the topic may hold is sent again (counted).
+        let skips = self.config.transactional_id.is_some();
+        let mut session = Session { tracker: SlotTracker::new(first), written: cursor, already, skips };
         let mut backoff = self.config.reconnect_min;
         // Transactional: each tick commits what was sent, then records the cursor.
         let every = if self.config.transactional_id.is_some() {
@@ -422,7 +428,7 @@ impl Gateway {
                 for (i, key) in keys.iter().enumerate() {
                     let at = Position { slot: tx.slot, index: tx.index, key: i as u32 };
                     let partition = session.already.partition(key);
-                    if partition.is_some_and(|p| session.already.contains(p, at)) {
+                    if session.skips && partition.is_some_and(|p| session.already.contains(p, at)) {
                         self.metrics.skipped_records.inc();
                         continue;
                     }
@@ -509,4 +515,6 @@ struct Session {
     written: Option<u64>,
     /// What the topic held when the period started.
     already: AlreadySent,
+    /// Whether records the topic holds are skipped (transactional only).
+    skips: bool,
 }

@@ -70,7 +70,8 @@ impl Metrics {
             resent_records: counter(
                 "sluice_ingest_resent_records_total",
                 "Records acknowledged at or before the newest record their partition held when this active period \
-                 began: duplicates in the topic (0 unless another producer wrote the topic meanwhile).",
+                 began: duplicates in the topic (sent again without transactions; with them 0 unless another producer \
+                 wrote the topic meanwhile).",
             ),
             skipped_records: counter(
                 "sluice_ingest_skipped_records_total",

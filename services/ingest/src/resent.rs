@@ -4,17 +4,21 @@
 //! fenced the previous holder, whose open transaction is then aborted) the
 //! ingest reads the newest committed record of each partition. Whoever wrote
 //! the topic before (the previous active instance, or this one before a
-//! restart) sent the chain in order, and its idempotent, transactional
-//! producer leaves no gap in what a partition commits, so a record this
-//! period would write to a partition at or before that partition's newest
-//! position is there already. It is not sent again (counted in
-//! `sluice_ingest_skipped_records_total`): a takeover, a restart, or a
-//! resend from the start after a lost cursor adds no duplicate. The ingest
+//! restart) sent the chain in order, and its transactional producer
+//! commits in order and aborts whatever transaction holds a failed
+//! delivery, so what a partition holds below its newest committed record is
+//! complete: a record this period would write to a partition at or before
+//! that partition's newest position is there already. It is not sent again
+//! (counted in `sluice_ingest_skipped_records_total`): a takeover, a
+//! restart, or a resend from the start after a lost cursor adds no
+//! duplicate. (An idempotent producer without transactions may leave a gap
+//! after a failed delivery, so with `TRANSACTIONS=false` such records are
+//! sent again and counted in `sluice_ingest_resent_records_total`.) The ingest
 //! names each record's partition itself ([`sluice_kafka::partition`], the
 //! rule librdkafka applies) to know it before sending; a record acknowledged
 //! at or before its partition's newest all the same is counted in
-//! `sluice_ingest_resent_records_total` (0 unless something else wrote the
-//! topic meanwhile).
+//! `sluice_ingest_resent_records_total` (with transactions, 0 unless
+//! something else wrote the topic meanwhile).
 
 use std::collections::HashMap;
 
