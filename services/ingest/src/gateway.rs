@@ -307,7 +307,11 @@ impl Gateway {
         // newest record complete: an idempotent one may leave a gap after a
         // failed delivery (a later record landed, the failed one did not), so
         // without transactions what the topic may hold is sent again (counted).
-        let skips = self.config.transactional_id.is_some();
+        // Nor can a record's partition be named under a partitioner of the user's own.
+        // A `partitioner` of the user's own decides partitions instead.
+        let own_partitioner = self.config.kafka.properties.iter().any(|(k, _)| k == "partitioner");
+        let already = if own_partitioner { already.client_partitions() } else { already };
+        let skips = self.config.transactional_id.is_some() && !own_partitioner;
         let mut session = Session { tracker: SlotTracker::new(first), written: cursor, already, skips };
         let mut backoff = self.config.reconnect_min;
         // Transactional: each tick commits what was sent, then records the cursor.

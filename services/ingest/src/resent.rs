@@ -67,6 +67,13 @@ impl AlreadySent {
         self.newest.get(&partition).is_some_and(|newest| at <= *newest)
     }
 
+    /// With a `partitioner` of the user's own in the Kafka properties the
+    /// client chooses partitions by it: the ingest names none, so it cannot
+    /// tell which records a partition holds, and skips nothing.
+    pub fn client_partitions(self) -> Self {
+        Self { partitions: 0, ..self }
+    }
+
     /// Partitions that hold a record of the chain.
     pub fn partitions_written(&self) -> usize {
         self.newest.len()
@@ -127,5 +134,6 @@ mod tests {
         assert!(holds(&in_zero, at(7, 3, 0)) && !holds(&in_zero, at(7, 3, 1)));
         assert!(!holds(&elsewhere, at(0, 0, 0)), "partition 2 holds nothing");
         assert_eq!(AlreadySent::default().partition("key"), None, "no partitions known: the producer chooses");
+        assert_eq!(sent.clone().client_partitions().partition(&in_zero), None, "a partitioner of the user's own");
     }
 }
