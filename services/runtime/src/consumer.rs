@@ -56,6 +56,10 @@ struct Flow {
     /// One past the last offset handed to the worker.
     handed_end: i64,
     paused: bool,
+    /// Records of this partition are polled and not handed out yet (this
+    /// poll round's batch): the consumer's position is past records no
+    /// worker has, so it must not be committed (see [`past_markers`]).
+    pending: bool,
 }
 
 /// The consumer's callbacks and the partition workers it owns.
@@ -488,7 +492,16 @@ fn poll_loop<H: Handler>(
                     };
                     match batches.iter_mut().find(|(p, _)| *p == record.partition) {
                         Some((_, batch)) => batch.push(record),
-                        None => batches.push((record.partition, vec![record])),
+                        None => {
+                            // A revoke served by the next poll must see it.
+                            ctx.flow
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .entry(record.partition)
+                                .or_default()
+                                .pending = true;
+                            batches.push((record.partition, vec![record]));
+                        }
                     }
                     taken += 1;
                 }
@@ -515,8 +528,9 @@ fn hand_out<H: Handler>(ctx: &Ctx<H>, batches: &mut Vec<(i32, Vec<Record>)>) {
         let (first, n) = (records.first().map_or(-1, |r| r.offset), records.len() as u64);
         let end = records.last().map_or(0, |r| r.offset + 1);
         let sent = workers.get(&partition).map(|h| h.tx.send(WorkerMsg::Records(records)));
+        let f = flow.entry(partition).or_default();
+        f.pending = false;
         if matches!(sent, Some(Ok(()))) {
-            let f = flow.entry(partition).or_default();
             f.handed += n;
             f.handed_end = end;
         } else {
@@ -634,7 +648,8 @@ fn past_markers(
     partition: i32,
     offset: i64,
 ) -> i64 {
-    if flow.is_none_or(|f| f.handed_end != offset) {
+    // Records polled and not handed out lie between: not markers.
+    if flow.is_none_or(|f| f.handed_end != offset || f.pending) {
         return offset;
     }
     let position = positions.and_then(|t| t.find_partition(topic, partition)).map(|e| e.offset());
