@@ -8,6 +8,7 @@
 //!   state kept across polls assembled into the current picture.
 //! - [`metrics`] (kafka_exporter's names and `sluice_lag_…`), [`http`] (the
 //!   picture as JSON), [`cli`] (`sluice-lag describe`), [`config`].
+//! - [`simulate`]: `sluice-lag simulate`, the autoscaling engine on a trace.
 
 #![forbid(unsafe_code)]
 
@@ -18,4 +19,5 @@ pub mod metrics;
 pub mod model;
 pub mod picture;
 pub mod poller;
+pub mod simulate;
 pub mod wire;

@@ -1,7 +1,8 @@
 //! sluice-lag: polls the configured Kafka groups' offsets and record
 //! timestamps, exports them (`/metrics`, `/groups`), and never depends on the
 //! consumers it watches. `sluice-lag describe --group G` prints one group
-//! from a running instance. Configuration: `SLUICE_LAG_…` (README and
+//! from a running instance; `sluice-lag simulate` replays a trace through the
+//! autoscaling engine. Configuration: `SLUICE_LAG_…` (README and
 //! `sluice_lag::config`); a bad or unknown variable stops it with status 2.
 
 use std::sync::Arc;
@@ -23,6 +24,14 @@ fn main() -> anyhow::Result<()> {
         use std::io::Write;
         return match sluice_lag::cli::describe(&args) {
             Ok(text) => Ok(std::io::stdout().write_all(text.as_bytes())?),
+            Err(e) => anyhow::bail!(e),
+        };
+    }
+    if std::env::args().nth(1).as_deref() == Some("simulate") {
+        use std::io::Write;
+        let args: Vec<String> = std::env::args().skip(2).collect();
+        return match sluice_lag::simulate::run(&args) {
+            Ok(text) => Ok(writeln!(std::io::stdout(), "{text}")?),
             Err(e) => anyhow::bail!(e),
         };
     }

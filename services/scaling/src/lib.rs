@@ -1,0 +1,13 @@
+//! The autoscaling engine, with no IO: what Kubernetes' HPA controller and KEDA decide
+//! for a consumer group, and the rules Sluice's own scaler adds.
+//!
+//! - [`behavior`]: `spec.behavior` as the API server defaults it, and its policies.
+//! - [`hpa`]: the HPA controller's sync, step by step (checked against the controller itself
+//!   by `conformance/hpa`).
+//! - [`case`]: the committed conformance cases and their replay.
+
+#![forbid(unsafe_code)]
+
+pub mod behavior;
+pub mod case;
+pub mod hpa;
