@@ -4,6 +4,9 @@
 //! - [`behavior`]: `spec.behavior` as the API server defaults it, and its policies.
 //! - [`hpa`]: the HPA controller's sync, step by step (checked against the controller itself
 //!   by `conformance/hpa`).
+//! - [`partitions`]: the replica counts that relieve a pod.
+//! - [`rules`]: Sluice's scaler (offsetLag, timeLag, drainTime and the rules every trigger
+//!   shares), served to KEDA by sluice-lag.
 //! - [`case`]: the committed conformance cases and their replay.
 
 #![forbid(unsafe_code)]
@@ -11,3 +14,5 @@
 pub mod behavior;
 pub mod case;
 pub mod hpa;
+pub mod partitions;
+pub mod rules;
