@@ -41,6 +41,9 @@ pub struct LagConfig {
     /// Per group, by name.
     pub per_group: BTreeMap<String, GroupSettings>,
     pub admin_listen: SocketAddr,
+    /// KEDA's external scaler (gRPC); `None`: not served.
+    pub scaler_listen: Option<SocketAddr>,
+    pub scaler_tls: Option<crate::scaler::grpc::TlsFiles>,
 }
 
 impl LagConfig {
@@ -103,6 +106,8 @@ impl LagConfig {
             defaults,
             per_group,
             admin_listen: env.or("ADMIN_LISTEN", SocketAddr::from(([0, 0, 0, 0], 9096))),
+            scaler_listen: scaler_listen(env),
+            scaler_tls: scaler_tls(env),
         };
         if config.poll_interval < Duration::from_millis(200) {
             let name = env.name("POLL_INTERVAL_MS");
@@ -113,6 +118,46 @@ impl LagConfig {
             env.problem(format!("{a} must be at least twice {b} (a rate needs two polls)"));
         }
         config
+    }
+}
+
+/// `SCALER_LISTEN`: an address, or `off` (default `0.0.0.0:9097`).
+fn scaler_listen(env: &mut EnvReader) -> Option<SocketAddr> {
+    let text: String = env.or("SCALER_LISTEN", "0.0.0.0:9097".to_string());
+    if text == "off" {
+        return None;
+    }
+    match text.parse() {
+        Ok(addr) => Some(addr),
+        Err(_) => {
+            let name = env.name("SCALER_LISTEN");
+            env.problem(format!("{name}: {text:?} is not an address (host:port) or off"));
+            None
+        }
+    }
+}
+
+/// `SCALER_TLS_CERT` and `SCALER_TLS_KEY` (both or neither), `SCALER_TLS_CLIENT_CA`.
+fn scaler_tls(env: &mut EnvReader) -> Option<crate::scaler::grpc::TlsFiles> {
+    let cert = env.optional::<String>("SCALER_TLS_CERT");
+    let key = env.optional::<String>("SCALER_TLS_KEY");
+    let client_ca = env.optional::<String>("SCALER_TLS_CLIENT_CA").map(Into::into);
+    match (cert, key) {
+        (Some(cert), Some(key)) => {
+            Some(crate::scaler::grpc::TlsFiles { cert: cert.into(), key: key.into(), client_ca })
+        }
+        (None, None) => {
+            if client_ca.is_some() {
+                let (a, b) = (env.name("SCALER_TLS_CLIENT_CA"), env.name("SCALER_TLS_CERT"));
+                env.problem(format!("{a} needs {b} and its key: a client CA without TLS"));
+            }
+            None
+        }
+        _ => {
+            let (a, b) = (env.name("SCALER_TLS_CERT"), env.name("SCALER_TLS_KEY"));
+            env.problem(format!("{a} and {b}: set both or neither"));
+            None
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! The current picture as JSON beside `/metrics` (what a `kubectl
 //! port-forward` user, the CLI and the demo read): `/groups` (every group,
-//! without partitions) and `/groups/{group}` (one, whole).
+//! without partitions) and `/groups/{group}` (one, whole); `/scaler/decisions`: the
+//! scaler's recent decisions per ScaledObject, with their inputs and the rule that won.
 
 use std::sync::Arc;
 
@@ -12,9 +13,19 @@ use axum::routing::get;
 use tokio::sync::watch;
 
 use crate::picture::{GroupPicture, Picture};
+use crate::scaler::Scalers;
 
-pub fn routes(picture: watch::Receiver<Arc<Picture>>) -> Router {
-    Router::new().route("/groups", get(groups)).route("/groups/{group}", get(group)).with_state(picture)
+pub fn routes(picture: watch::Receiver<Arc<Picture>>, scalers: Scalers) -> Router {
+    let decisions = Router::new().route("/scaler/decisions", get(decisions)).with_state(scalers);
+    Router::new()
+        .route("/groups", get(groups))
+        .route("/groups/{group}", get(group))
+        .with_state(picture)
+        .merge(decisions)
+}
+
+async fn decisions(State(scalers): State<Scalers>) -> impl IntoResponse {
+    json(StatusCode::OK, &serde_json::json!({ "scaled_objects": scalers.snapshot() }))
 }
 
 async fn groups(State(picture): State<watch::Receiver<Arc<Picture>>>) -> impl IntoResponse {

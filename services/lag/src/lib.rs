@@ -8,6 +8,8 @@
 //!   state kept across polls assembled into the current picture.
 //! - [`metrics`] (kafka_exporter's names and `sluice_lag_…`), [`http`] (the
 //!   picture as JSON), [`cli`] (`sluice-lag describe`), [`config`].
+//! - [`scaler`]: KEDA's external scaler, served from the picture with
+//!   `sluice-scaling`'s rules.
 //! - [`simulate`]: `sluice-lag simulate`, the autoscaling engine on a trace.
 
 #![forbid(unsafe_code)]
@@ -19,5 +21,6 @@ pub mod metrics;
 pub mod model;
 pub mod picture;
 pub mod poller;
+pub mod scaler;
 pub mod simulate;
 pub mod wire;

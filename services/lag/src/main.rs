@@ -53,8 +53,8 @@ async fn run() -> anyhow::Result<()> {
     let (picture_tx, picture_rx) = watch::channel(Arc::new(Picture::default()));
     // Ready while polls succeed: the last clean poll is recent.
     let last_ok = Arc::new(std::sync::atomic::AtomicI64::new(0));
-    let (seen, stale_after) =
-        (Arc::clone(&last_ok), (config.poll_interval * 3 + config.request_timeout).as_millis() as i64);
+    let stale_ms = (config.poll_interval * 3 + config.request_timeout).as_millis() as i64;
+    let (seen, stale_after) = (Arc::clone(&last_ok), stale_ms);
     let ready: sluice_service::admin::ReadyCheck = Arc::new(move || {
         let at = seen.load(std::sync::atomic::Ordering::SeqCst);
         if at == 0 {
@@ -68,12 +68,34 @@ async fn run() -> anyhow::Result<()> {
         let mut rx = stop_rx;
         let _ = rx.wait_for(|s| *s).await;
     };
-    let routes = sluice_lag::http::routes(picture_rx);
+    let scalers = sluice_lag::scaler::Scalers::default();
+    let routes = sluice_lag::http::routes(picture_rx.clone(), scalers.clone());
     let (addr, admin) =
         sluice_service::admin::serve_with(config.admin_listen, "lag", metrics.registry.clone(), ready, routes, stopped)
             .await
             .with_context(|| format!("binding the admin port {}", config.admin_listen))?;
     tracing::info!(%addr, groups = ?config.groups, pattern = ?config.groups_regex.as_ref().map(|r| r.as_str()), "sluice-lag serving");
+    let scaler = match config.scaler_listen {
+        Some(listen) => {
+            let service = sluice_lag::scaler::grpc::Service {
+                scalers,
+                picture: picture_rx,
+                stale_ms,
+                metrics: sluice_lag::scaler::grpc::ScalerMetrics::register(&metrics.registry)
+                    .context("registering the scaler's metrics")?,
+            };
+            let mut rx = stop_tx.subscribe();
+            let stopped = async move {
+                let _ = rx.wait_for(|s| *s).await;
+            };
+            let (addr, task) = sluice_lag::scaler::grpc::serve(listen, config.scaler_tls.clone(), service, stopped)
+                .await
+                .map_err(anyhow::Error::msg)?;
+            tracing::info!(%addr, tls = config.scaler_tls.is_some(), "KEDA external scaler serving");
+            Some(task)
+        }
+        None => None,
+    };
     let mut poller = Poller::new(Arc::clone(&config));
     let shutdown = signal::shutdown();
     tokio::pin!(shutdown);
@@ -97,6 +119,9 @@ async fn run() -> anyhow::Result<()> {
     }
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(2), admin).await;
+    if let Some(task) = scaler {
+        let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
+    }
     tracing::info!("sluice-lag stopped");
     Ok(())
 }

@@ -1,0 +1,281 @@
+//! The scaler KEDA calls (its external scaler protocol, [`grpc`]): one
+//! [`sluice_scaling::rules::Scaler`] per ScaledObject, fed by the poller's picture.
+//!
+//! A ScaledObject's trigger metadata names the group and the trigger:
+//!
+//! | key | meaning | default |
+//! |---|---|---|
+//! | `group` | the consumer group (sluice-lag must watch it) | required |
+//! | `trigger` | `offsetLag`, `timeLag` or `drainTime` | `offsetLag` |
+//! | `lagThreshold` | `offsetLag`: records of lag per pod | 1000 |
+//! | `targetSeconds` | `timeLag`: the oldest unconsumed record's age; `drainTime`: the backlog's drain time | required for those |
+//! | `perPodRate` | records/s one pod consumes until the group's rate is learned | 1000 |
+//! | `minReplicas`, `maxReplicas` | the ScaledObject's bounds | 1, the partition count |
+//! | `hpaTolerance` | the HPA's scale-up tolerance | 0.1 |
+//! | `minCooldownSeconds` | the shortest hold after a step | 15 |
+//! | `activationLagThreshold` | active (for scale from zero) above this lag | 0 |
+//! | `offsetResetPolicy` | `earliest`: a partition without a committed offset counts its whole log; `latest`: none of it | `earliest` |
+//!
+//! KEDA's own keys (`scalerAddress`, `enableTLS`, `unsafeSsl`) are ignored; any other key
+//! is refused with an error that names it.
+//!
+//! A decision is made once per poll (a second call within a poll is served the same one),
+//! kept (the newest [`KEPT_DECISIONS`] per ScaledObject, at `/scaler/decisions`) and exported
+//! (`sluice_lag_scaler_*`).
+
+pub mod grpc;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+use sluice_scaling::rules::{Decision, GroupInput, PartitionInput, Rule, Scaler, Settings, Trigger};
+
+use crate::model::lag::Lag;
+use crate::model::status::Status;
+use crate::picture::{GroupPicture, Picture};
+
+/// Decisions kept per ScaledObject.
+pub const KEPT_DECISIONS: usize = 20;
+
+/// One ScaledObject's trigger, from its metadata.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TriggerSpec {
+    pub group: String,
+    pub settings: Settings,
+    /// `None`: the group's partition count.
+    pub max_replicas: Option<u32>,
+    pub activation_lag: i64,
+    pub count_uncommitted: bool,
+}
+
+fn number<T: std::str::FromStr>(meta: &HashMap<String, String>, key: &str) -> Result<Option<T>, String> {
+    meta.get(key)
+        .map(|v| v.trim().parse::<T>().map_err(|_| format!("trigger metadata {key}: {v:?} is not a number")))
+        .transpose()
+}
+
+impl TriggerSpec {
+    /// Reads a trigger's metadata; an unknown key or a bad value is an error naming it.
+    pub fn from_metadata(meta: &HashMap<String, String>) -> Result<Self, String> {
+        const KNOWN: [&str; 14] = [
+            "group",
+            "trigger",
+            "lagThreshold",
+            "targetSeconds",
+            "perPodRate",
+            "minReplicas",
+            "maxReplicas",
+            "hpaTolerance",
+            "minCooldownSeconds",
+            "activationLagThreshold",
+            "offsetResetPolicy",
+            "scalerAddress",
+            "enableTLS",
+            "unsafeSsl",
+        ];
+        if let Some(unknown) = meta.keys().filter(|k| !KNOWN.contains(&k.as_str())).min() {
+            return Err(format!("trigger metadata {unknown}: not a setting of sluice-lag's scaler"));
+        }
+        let group = meta.get("group").filter(|g| !g.is_empty()).ok_or("trigger metadata group: required")?.clone();
+        let target = || -> Result<f64, String> {
+            let t: f64 =
+                number(meta, "targetSeconds")?.ok_or("trigger metadata targetSeconds: required for this trigger")?;
+            if t > 0.0 { Ok(t) } else { Err(format!("trigger metadata targetSeconds: {t} must be above 0")) }
+        };
+        let trigger = match meta.get("trigger").map_or("offsetLag", String::as_str) {
+            "offsetLag" => Trigger::OffsetLag { lag_threshold: number(meta, "lagThreshold")?.unwrap_or(1000).max(1) },
+            "timeLag" => Trigger::TimeLag { target_seconds: target()? },
+            "drainTime" => Trigger::DrainTime { target_seconds: target()? },
+            other => return Err(format!("trigger metadata trigger: {other:?} is not offsetLag, timeLag or drainTime")),
+        };
+        let min_replicas = number(meta, "minReplicas")?.unwrap_or(1);
+        let max_replicas: Option<u32> = number(meta, "maxReplicas")?;
+        if max_replicas.is_some_and(|m| m < min_replicas.max(1)) {
+            return Err("trigger metadata maxReplicas: below minReplicas".into());
+        }
+        let per_pod_rate = number(meta, "perPodRate")?.unwrap_or(1000.0);
+        if per_pod_rate <= 0.0 {
+            return Err("trigger metadata perPodRate: must be above 0".into());
+        }
+        let count_uncommitted = match meta.get("offsetResetPolicy").map_or("earliest", String::as_str) {
+            "earliest" => true,
+            "latest" => false,
+            other => return Err(format!("trigger metadata offsetResetPolicy: {other:?} is not earliest or latest")),
+        };
+        Ok(Self {
+            group,
+            settings: Settings {
+                trigger,
+                min_replicas,
+                max_replicas: max_replicas.unwrap_or(u32::MAX),
+                per_pod_rate,
+                rate_bounds_factor: 4.0,
+                min_cooldown_ms: (number::<f64>(meta, "minCooldownSeconds")?.unwrap_or(15.0) * 1000.0) as i64,
+                hpa_tolerance: number(meta, "hpaTolerance")?.unwrap_or(0.1),
+            },
+            max_replicas,
+            activation_lag: number(meta, "activationLagThreshold")?.unwrap_or(0),
+            count_uncommitted,
+        })
+    }
+
+    /// The metric's name (KEDA prefixes the trigger's index).
+    pub fn metric_name(&self) -> String {
+        let trigger = match self.settings.trigger {
+            Trigger::OffsetLag { .. } => "offset-lag",
+            Trigger::TimeLag { .. } => "time-lag",
+            Trigger::DrainTime { .. } => "drain-time",
+        };
+        let group: String =
+            self.group.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect();
+        format!("sluice-{group}-{trigger}")
+    }
+}
+
+/// The group's reading as the scaler's input; `Err` when it cannot be read.
+pub fn group_input(g: &GroupPicture, at_ms: i64, count_uncommitted: bool) -> Result<GroupInput, String> {
+    if let Some(e) = &g.error {
+        return Err(format!("group {}: {e}", g.group));
+    }
+    let rebalancing = g
+        .state
+        .as_deref()
+        .is_some_and(|s| matches!(s, "PreparingRebalance" | "CompletingRebalance" | "Assigning" | "Reconciling"));
+    let partitions = g
+        .partitions
+        .iter()
+        .map(|p| {
+            let lag = match (p.lag, p.log) {
+                (Some(Lag::Behind { records, .. }), _) => Some(records),
+                (Some(Lag::Uncommitted), Some(log)) => Some(if count_uncommitted { log.end - log.start } else { 0 }),
+                _ => None,
+            };
+            PartitionInput {
+                lag,
+                time_lag_ms: p.time_lag_ms,
+                produce_rate: p.produce_rate,
+                stalled: p.status.status == Status::Stall,
+            }
+        })
+        .collect();
+    let rates: Vec<f64> = g.partitions.iter().filter_map(|p| p.consume_rate).collect();
+    Ok(GroupInput {
+        at_ms,
+        consume_rate: (!rates.is_empty()).then(|| rates.iter().sum()),
+        members: g.members.map(|m| m as u32),
+        rebalancing,
+        last_rebalance_pause_ms: g.last_rebalance_pause_ms,
+        partitions,
+    })
+}
+
+/// One ScaledObject's scaler and its recent decisions.
+#[derive(Debug)]
+struct Entry {
+    spec: TriggerSpec,
+    scaler: Scaler,
+    decided_at: Option<i64>,
+    decisions: VecDeque<Decision>,
+}
+
+/// What `/scaler/decisions` serves per ScaledObject.
+#[derive(Debug, Clone, Serialize)]
+pub struct Decisions {
+    pub scaled_object: String,
+    pub group: String,
+    pub metric: String,
+    pub decisions: Vec<Decision>,
+}
+
+/// Every ScaledObject's scaler.
+#[derive(Debug, Default, Clone)]
+pub struct Scalers {
+    entries: Arc<Mutex<BTreeMap<String, Entry>>>,
+}
+
+impl Scalers {
+    /// The decision for `object` (`namespace/name`) with `spec`, from `picture`: made once per
+    /// poll; a picture older than `stale_ms` is unknown input.
+    pub fn decide(&self, object: &str, spec: &TriggerSpec, picture: &Picture, now_ms: i64, stale_ms: i64) -> Decision {
+        let mut entries = self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let entry = entries.entry(object.to_string()).or_insert_with(|| Entry {
+            spec: spec.clone(),
+            scaler: Scaler::new(spec.settings.clone()),
+            decided_at: None,
+            decisions: VecDeque::new(),
+        });
+        if entry.spec != *spec {
+            // The ScaledObject changed: start over with its new settings.
+            *entry = Entry {
+                spec: spec.clone(),
+                scaler: Scaler::new(spec.settings.clone()),
+                decided_at: None,
+                decisions: VecDeque::new(),
+            };
+        }
+        if entry.decided_at == Some(picture.at_ms)
+            && let Some(last) = entry.decisions.back()
+        {
+            return last.clone();
+        }
+        let input = if now_ms - picture.at_ms > stale_ms {
+            Err(format!("the newest complete poll is {} ms old", now_ms - picture.at_ms))
+        } else {
+            match picture.group(&spec.group) {
+                Some(g) => group_input(g, picture.at_ms, spec.count_uncommitted),
+                None => Err(format!("group {:?} is not watched by this sluice-lag", spec.group)),
+            }
+        };
+        let decision = match input {
+            Ok(mut input) => {
+                let partitions = input.partitions.len() as u32;
+                entry.scaler.settings.max_replicas = spec.max_replicas.unwrap_or(partitions).max(1);
+                input.at_ms = picture.at_ms;
+                entry.scaler.decide(&input)
+            }
+            Err(reason) => unknown(picture.at_ms, reason),
+        };
+        entry.decided_at = Some(picture.at_ms);
+        if entry.decisions.len() == KEPT_DECISIONS {
+            entry.decisions.pop_front();
+        }
+        entry.decisions.push_back(decision.clone());
+        decision
+    }
+
+    /// Every ScaledObject's recent decisions, newest last.
+    pub fn snapshot(&self) -> Vec<Decisions> {
+        let entries = self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        entries
+            .iter()
+            .map(|(object, e)| Decisions {
+                scaled_object: object.clone(),
+                group: e.spec.group.clone(),
+                metric: e.spec.metric_name(),
+                decisions: e.decisions.iter().cloned().collect(),
+            })
+            .collect()
+    }
+}
+
+fn unknown(at_ms: i64, reason: String) -> Decision {
+    Decision {
+        at_ms,
+        replicas: None,
+        metric: None,
+        rule: Rule::Unknown,
+        raw: None,
+        lag: None,
+        time_lag_ms: None,
+        produce_rate: None,
+        per_pod_rate: 0.0,
+        stalled_partitions: 0,
+        stalled_lag: 0,
+        members: None,
+        reason,
+    }
+}
+
+#[cfg(test)]
+mod tests;
