@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
-use sluice_scaling::rules::{Decision, GroupInput, PartitionInput, Rule, Scaler, Settings, Trigger};
+use sluice_scaling::rules::{Decision, GroupInput, PartitionInput, Scaler, Settings, Trigger};
 
 use crate::model::lag::Lag;
 use crate::model::status::Status;
@@ -234,7 +234,7 @@ impl Scalers {
                 input.at_ms = picture.at_ms;
                 entry.scaler.decide(&input)
             }
-            Err(reason) => unknown(picture.at_ms, reason),
+            Err(reason) => Decision::unknown(picture.at_ms, reason),
         };
         entry.decided_at = Some(picture.at_ms);
         if entry.decisions.len() == KEPT_DECISIONS {
@@ -256,24 +256,6 @@ impl Scalers {
                 decisions: e.decisions.iter().cloned().collect(),
             })
             .collect()
-    }
-}
-
-fn unknown(at_ms: i64, reason: String) -> Decision {
-    Decision {
-        at_ms,
-        replicas: None,
-        metric: None,
-        rule: Rule::Unknown,
-        raw: None,
-        lag: None,
-        time_lag_ms: None,
-        produce_rate: None,
-        per_pod_rate: 0.0,
-        stalled_partitions: 0,
-        stalled_lag: 0,
-        members: None,
-        reason,
     }
 }
 

@@ -118,6 +118,27 @@ pub struct Decision {
     pub reason: String,
 }
 
+impl Decision {
+    /// No decision: `reason` says which input could not be read.
+    pub fn unknown(at_ms: i64, reason: String) -> Self {
+        Self {
+            at_ms,
+            replicas: None,
+            metric: None,
+            rule: Rule::Unknown,
+            raw: None,
+            lag: None,
+            time_lag_ms: None,
+            produce_rate: None,
+            per_pod_rate: 0.0,
+            stalled_partitions: 0,
+            stalled_lag: 0,
+            members: None,
+            reason,
+        }
+    }
+}
+
 /// The scaler's memory for one group.
 #[derive(Debug, Clone)]
 pub struct Scaler {
@@ -151,21 +172,9 @@ impl Scaler {
 
     /// Decides from one poll of the group.
     pub fn decide(&mut self, input: &GroupInput) -> Decision {
-        let mut d = Decision {
-            at_ms: input.at_ms,
-            replicas: None,
-            metric: None,
-            rule: Rule::Unknown,
-            raw: None,
-            lag: None,
-            time_lag_ms: None,
-            produce_rate: None,
-            per_pod_rate: self.per_pod_rate(),
-            stalled_partitions: 0,
-            stalled_lag: 0,
-            members: input.members,
-            reason: String::new(),
-        };
+        let mut d = Decision::unknown(input.at_ms, String::new());
+        d.per_pod_rate = self.per_pod_rate();
+        d.members = input.members;
         let sums = match sums(input) {
             Ok(s) => s,
             Err(why) => {

@@ -2,6 +2,7 @@ use super::*;
 use crate::model::lag::Log;
 use crate::model::status::Verdict;
 use crate::picture::PartitionPicture;
+use sluice_scaling::rules::Rule;
 
 fn meta(pairs: &[(&str, &str)]) -> HashMap<String, String> {
     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
