@@ -4,6 +4,7 @@
 //! - [`behavior`]: `spec.behavior` as the API server defaults it, and its policies.
 //! - [`hpa`]: the HPA controller's sync, step by step (checked against the controller itself
 //!   by `conformance/hpa`).
+//! - [`keda`]: KEDA's `kafka` trigger arithmetic and its operator's activation and fallback.
 //! - [`partitions`]: the replica counts that relieve a pod.
 //! - [`rules`]: Sluice's scaler (offsetLag, timeLag, drainTime and the rules every trigger
 //!   shares), served to KEDA by sluice-lag.
@@ -14,5 +15,6 @@
 pub mod behavior;
 pub mod case;
 pub mod hpa;
+pub mod keda;
 pub mod partitions;
 pub mod rules;
