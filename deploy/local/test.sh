@@ -8,15 +8,15 @@
 # (tools.sh fetches them, and the CRDs, once into ~/.cache/sluice/tools).
 #
 # Usage: deploy/local/test.sh [PART [ARGS…]]
-#   (no part)      every part, cheapest first: static, unit, conformance, then with the stack bench-smoke,
+#   (no part)      every part, cheapest first: static, unit, then with the stack conformance, bench-smoke,
 #                  chart (with the demo smoke), integration, and last the soak (on a stack of
 #                  its own). A failing part does not stop the others; the run fails if any
 #                  part failed. CI runs this.
 #   static         formatting and the architecture invariants (ARCHITECTURE.md)
 #   unit           the tests that need no stack, with its variables unset: every library's
 #                  and binary's unit tests and the doc tests; the examples must build
-#   conformance    Kubernetes' HPA controller (from its Go module) against the engine of
-#                  sluice-lag simulate, on the traces under conformance/hpa/testdata
+#   conformance    Kubernetes' HPA controller and KEDA's scalers (from their Go modules)
+#                  against sluice-lag's engine and its external scaler (conformance/)
 #   integration    every integration test (tests/*.rs) against the stack
 #   cargo [ARGS…]  cargo test ARGS against the stack, e.g. cargo -p sluice-core, or
 #                  cargo -p sluice-scheduler --test policies; no ARGS: every test
@@ -209,24 +209,26 @@ part_unit() {
   ((rc == 0)) || die "unit tests failed (log: $log)"
 }
 
-# Kubernetes' own HPA controller, from its released Go module, on the committed traces under
-# conformance/hpa/testdata, against sluice-lag's engine (`simulate hpa-case`): the replica
-# timelines must be identical. Needs Go; the first build compiles the controller (about 4 min on
-# 2 cores) into ~/.cache/sluice/go-build, later runs reuse it.
+# The real code of what Sluice claims to match, from the released Go modules (conformance/):
+# Kubernetes' HPA controller on the committed traces under conformance/hpa/testdata against
+# sluice-lag's engine (`simulate hpa-case`), sync by sync; KEDA's kafka scaler on the real broker
+# against the engine's arithmetic (`simulate keda-kafka`); KEDA's external-scaler client against
+# a running sluice-lag (plain and mutual TLS). Needs Go; the first build compiles the controller
+# and KEDA's scalers (about 10 min on 2 cores) into ~/.cache/sluice/go-build, later runs reuse it.
 part_conformance() {
   local log="$LOGS/conformance.log" target
   command -v go >/dev/null || die "go is not installed: the conformance checks build Kubernetes' HPA controller from its Go module"
   say "building sluice-lag (its engine is what is checked)"
   cargo build --locked -q -p sluice-lag --bin sluice-lag
   target=$(cargo metadata --locked --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-  say "running Kubernetes' HPA controller (k8s.io/kubernetes/pkg/controller/podautoscaler) on conformance/hpa/testdata against sluice-lag's engine (log: $log)"
+  say "running Kubernetes' HPA controller (k8s.io/kubernetes/pkg/controller/podautoscaler) and KEDA's scalers (conformance/) against sluice-lag (Kafka $SLUICE_KAFKA_BROKERS; log: $log)"
   # The controller logs every rescale (klog); those lines go to the log only.
   (cd conformance && GOCACHE=${SLUICE_GOCACHE:-$HOME/.cache/sluice/go-build} GOFLAGS=-mod=readonly \
     SLUICE_LAG_BIN="$target/debug/sluice-lag" go test -count=1 -v ./... >"$log" 2>&1) || {
     grep -vE '^[IWE][0-9]{4} ' "$log" | tail -n 40
     die "the engine and Kubernetes' controller disagree, or the harness failed (log: $log)"
   }
-  grep -E '^\s*(--- |ok )|syncs; the controller' "$log"
+  grep -E '^\s*(--- |ok )|syncs; the controller|agree|read s0-|mutual TLS|client certificate' "$log"
 }
 
 part_integration() {
@@ -418,7 +420,7 @@ esac
 
 need_cargo
 [[ $part == static ]] || need_build
-case $part in integration | cargo | bench-smoke | demo-smoke | chart | soak | all) need_java ;; esac
+case $part in integration | conformance | cargo | bench-smoke | demo-smoke | chart | soak | all) need_java ;; esac
 mkdir -p "$LOGS"
 rm -f "$LOGS"/cargo-*.log
 
@@ -426,8 +428,8 @@ case $part in
   all)
     run_part static part_static
     run_part unit part_unit
-    run_part conformance part_conformance
     start_stack
+    run_part conformance part_conformance
     run_part bench-smoke part_bench_smoke
     run_part chart part_chart
     run_part integration part_integration
@@ -435,7 +437,6 @@ case $part in
     ;;
   static) run_part static part_static ;;
   unit) run_part unit part_unit ;;
-  conformance) run_part conformance part_conformance ;;
   cargo)
     start_stack
     run_part cargo part_cargo "$@"

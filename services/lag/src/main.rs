@@ -68,7 +68,7 @@ async fn run() -> anyhow::Result<()> {
         let mut rx = stop_rx;
         let _ = rx.wait_for(|s| *s).await;
     };
-    let scalers = sluice_lag::scaler::Scalers::default();
+    let scalers = sluice_lag::scaler::Scalers::new(config.rate_window.as_millis() as i64);
     let routes = sluice_lag::http::routes(picture_rx.clone(), scalers.clone());
     let (addr, admin) =
         sluice_service::admin::serve_with(config.admin_listen, "lag", metrics.registry.clone(), ready, routes, stopped)

@@ -391,6 +391,7 @@ mod tests {
             time_lag_ms: None,
             rebalances: pauses.len() as u64,
             last_rebalance_pause_ms: pauses.last().copied(),
+            stable_since_ms: None,
             recent_rebalances: Vec::new(),
             pauses_ended_ms: pauses,
             error: None,

@@ -79,6 +79,9 @@ pub struct GroupPicture {
     pub time_lag_ms: Option<i64>,
     pub rebalances: u64,
     pub last_rebalance_pause_ms: Option<i64>,
+    /// Since when the member set has been unchanged (as far as sluice-lag has seen), ms.
+    #[serde(default)]
+    pub stable_since_ms: Option<i64>,
     /// The newest rebalances whose consumption resumed, oldest first: how
     /// long consumption stopped for each (to a poll interval).
     pub recent_rebalances: Vec<RebalancePause>,
@@ -117,12 +120,21 @@ fn owners(description: &Result<GroupDescription, WireError>) -> HashMap<Tp, Stri
         .collect()
 }
 
-/// The partitions a group is known to read: committed or assigned.
-fn partitions_of(reading: &GroupReading, owners: &HashMap<Tp, String>) -> BTreeSet<Tp> {
+/// The partitions a group is known to read: committed or assigned, and every other
+/// partition of those topics (`uncommitted` until the group commits there, so a scaler
+/// sees the whole topic, as KEDA does).
+fn partitions_of(
+    reading: &GroupReading,
+    owners: &HashMap<Tp, String>,
+    logs: &HashMap<Tp, Result<Log, WireError>>,
+) -> BTreeSet<Tp> {
     let mut tps: BTreeSet<Tp> = owners.keys().cloned().collect();
     if let Ok(committed) = &reading.committed {
         tps.extend(committed.keys().cloned());
     }
+    let topics: BTreeSet<&str> = tps.iter().map(|tp| &*tp.topic).collect();
+    let others: Vec<Tp> = logs.keys().filter(|tp| topics.contains(&*tp.topic)).cloned().collect();
+    tps.extend(others);
     tps
 }
 
@@ -139,7 +151,7 @@ impl State {
 
     fn group(&mut self, name: &str, reading: &GroupReading, readings: &Readings, config: &LagConfig) -> GroupPicture {
         let owners = owners(&reading.description);
-        let partitions: Vec<PartitionPicture> = partitions_of(reading, &owners)
+        let partitions: Vec<PartitionPicture> = partitions_of(reading, &owners, &readings.logs)
             .into_iter()
             .map(|tp| self.partition(name, &tp, reading, &owners, readings, config))
             .collect();
@@ -179,6 +191,7 @@ impl State {
             time_lag_ms,
             rebalances: tracker.rebalances,
             last_rebalance_pause_ms: tracker.last_pause_ms,
+            stable_since_ms: tracker.members_since_ms,
             recent_rebalances: tracker.recent.iter().copied().collect(),
             pauses_ended_ms,
             error: (!errors.is_empty()).then(|| errors.join("; ")),

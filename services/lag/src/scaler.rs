@@ -113,6 +113,7 @@ impl TriggerSpec {
                 rate_bounds_factor: 4.0,
                 min_cooldown_ms: (number::<f64>(meta, "minCooldownSeconds")?.unwrap_or(15.0) * 1000.0) as i64,
                 hpa_tolerance: number(meta, "hpaTolerance")?.unwrap_or(0.1),
+                rate_window_ms: 60_000,
             },
             max_replicas,
             activation_lag: number(meta, "activationLagThreshold")?.unwrap_or(0),
@@ -166,6 +167,7 @@ pub fn group_input(g: &GroupPicture, at_ms: i64, count_uncommitted: bool) -> Res
         members: g.members.map(|m| m as u32),
         rebalancing,
         last_rebalance_pause_ms: g.last_rebalance_pause_ms,
+        stable_for_ms: g.stable_since_ms.map(|since| at_ms - since),
         partitions,
     })
 }
@@ -192,9 +194,15 @@ pub struct Decisions {
 #[derive(Debug, Default, Clone)]
 pub struct Scalers {
     entries: Arc<Mutex<BTreeMap<String, Entry>>>,
+    /// sluice-lag's rate window: a per-pod rate is learned only over a settled one.
+    rate_window_ms: i64,
 }
 
 impl Scalers {
+    pub fn new(rate_window_ms: i64) -> Self {
+        Self { entries: Arc::default(), rate_window_ms }
+    }
+
     /// The decision for `object` (`namespace/name`) with `spec`, from `picture`: made once per
     /// poll; a picture older than `stale_ms` is unknown input.
     pub fn decide(&self, object: &str, spec: &TriggerSpec, picture: &Picture, now_ms: i64, stale_ms: i64) -> Decision {
@@ -231,6 +239,7 @@ impl Scalers {
             Ok(mut input) => {
                 let partitions = input.partitions.len() as u32;
                 entry.scaler.settings.max_replicas = spec.max_replicas.unwrap_or(partitions).max(1);
+                entry.scaler.settings.rate_window_ms = self.rate_window_ms;
                 input.at_ms = picture.at_ms;
                 entry.scaler.decide(&input)
             }

@@ -28,7 +28,7 @@ pub enum ResetPolicy {
 
 /// The `kafka` trigger's metadata that changes the arithmetic.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct KafkaTrigger {
     pub lag_threshold: i64,
     pub activation_lag_threshold: i64,

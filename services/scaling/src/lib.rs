@@ -8,6 +8,8 @@
 //! - [`partitions`]: the replica counts that relieve a pod.
 //! - [`rules`]: Sluice's scaler (offsetLag, timeLag, drainTime and the rules every trigger
 //!   shares), served to KEDA by sluice-lag.
+//! - [`values`] (a policy from the chart's values), [`trace`] (what is replayed), [`sim`] (the
+//!   consumer model with KEDA and the HPA deciding on it): `sluice-lag simulate`.
 //! - [`case`]: the committed conformance cases and their replay.
 
 #![forbid(unsafe_code)]
@@ -18,3 +20,6 @@ pub mod hpa;
 pub mod keda;
 pub mod partitions;
 pub mod rules;
+pub mod sim;
+pub mod trace;
+pub mod values;

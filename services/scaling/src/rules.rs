@@ -54,6 +54,9 @@ pub struct Settings {
     pub min_cooldown_ms: i64,
     /// The tolerance the HPA applies (`behavior.scaleUp.tolerance`, 0.1 when unset).
     pub hpa_tolerance: f64,
+    /// The consume rate is an average over this window: a sample is taken only when the
+    /// membership has been stable at least this long.
+    pub rate_window_ms: i64,
 }
 
 /// One partition, as sluice-lag reads it.
@@ -77,6 +80,9 @@ pub struct GroupInput {
     pub rebalancing: bool,
     /// The newest measured rebalance pause, ms.
     pub last_rebalance_pause_ms: Option<i64>,
+    /// How long the membership has been unchanged, ms (`None`: unknown).
+    #[serde(default)]
+    pub stable_for_ms: Option<i64>,
     pub partitions: Vec<PartitionInput>,
 }
 
@@ -293,11 +299,13 @@ impl Scaler {
         None
     }
 
-    /// Learns the per-pod rate from polls where every member had work: the group's
-    /// consume rate over its members, smoothed, within the bounds.
+    /// Learns the per-pod rate from polls where every member had work through a whole rate
+    /// window of unchanged membership: the group's consume rate over its members, smoothed,
+    /// within the bounds.
     fn learn(&mut self, input: &GroupInput, s: &Sums) {
         let (Some(rate), Some(members)) = (input.consume_rate, input.members) else { return };
-        let busy = members > 0 && !input.rebalancing && s.lag > 0 && s.stalled == 0;
+        let settled = input.stable_for_ms.is_some_and(|ms| ms >= self.settings.rate_window_ms);
+        let busy = members > 0 && !input.rebalancing && settled && s.lag > 0 && s.stalled == 0;
         let saturated = input.partitions.iter().filter(|p| p.lag.unwrap_or(0) > 0).count() as u32
             >= members.min(input.partitions.len() as u32);
         if !busy || !saturated || rate <= 0.0 {

@@ -31,6 +31,8 @@ pub struct GroupTracker {
     open: Option<i64>,
     pub rebalances: u64,
     pub last_pause_ms: Option<i64>,
+    /// Since when the member set has been the one seen now (the first poll, or its last change).
+    pub members_since_ms: Option<i64>,
     /// The newest ended rebalances, oldest first.
     pub recent: VecDeque<RebalancePause>,
 }
@@ -54,6 +56,9 @@ impl GroupTracker {
     /// Takes one poll; the pause of a rebalance that ended with it, in ms.
     pub fn observe(&mut self, poll: GroupPoll<'_>) -> Option<i64> {
         let changed = self.members.as_ref().is_some_and(|m| *m != poll.members);
+        if changed || self.members_since_ms.is_none() {
+            self.members_since_ms = Some(poll.at_ms);
+        }
         if (rebalancing(poll.state) || changed) && self.open.is_none() {
             self.rebalances += 1;
             self.open = Some(self.last_progress_ms.unwrap_or(poll.at_ms));

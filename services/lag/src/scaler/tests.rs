@@ -87,7 +87,7 @@ fn the_picture_maps_to_the_scaler_input_with_explicit_states() {
 
 #[test]
 fn one_decision_per_poll_and_a_stale_picture_is_unknown() {
-    let scalers = Scalers::default();
+    let scalers = Scalers::new(60_000);
     let spec = TriggerSpec::from_metadata(&meta(&[("group", "g"), ("lagThreshold", "100")])).expect("spec");
     let lag = |r| Some(Lag::Behind { records: r, lost: 0, committed: 0 });
     let p = picture(10_000, (0..4).map(|i| partition(i, lag(100), Status::Ok)).collect());

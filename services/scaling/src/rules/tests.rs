@@ -9,6 +9,7 @@ fn settings(trigger: Trigger) -> Settings {
         rate_bounds_factor: 4.0,
         min_cooldown_ms: 10_000,
         hpa_tolerance: 0.1,
+        rate_window_ms: 60_000,
     }
 }
 
@@ -19,6 +20,7 @@ fn group(at_ms: i64, members: u32, lags: &[i64]) -> GroupInput {
         members: Some(members),
         rebalancing: false,
         last_rebalance_pause_ms: None,
+        stable_for_ms: Some(600_000),
         partitions: lags
             .iter()
             .map(|&l| PartitionInput {
@@ -129,6 +131,10 @@ fn the_per_pod_rate_is_learned_only_when_every_member_has_work_and_stays_within_
     assert_eq!(s.per_pod_rate(), 500.0, "two busy partitions for four members: not saturated");
     let mut g = group(5_000, 4, &[100; 12]);
     g.consume_rate = Some(4_000.0);
+    g.stable_for_ms = Some(30_000);
+    s.decide(&g);
+    assert_eq!(s.per_pod_rate(), 500.0, "members changed within the rate window: its average is mixed");
+    g.stable_for_ms = Some(60_000);
     s.decide(&g);
     assert_eq!(s.per_pod_rate(), 1_000.0);
     g.consume_rate = Some(100_000.0);
