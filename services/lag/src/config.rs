@@ -121,9 +121,9 @@ impl LagConfig {
     }
 }
 
-/// `SCALER_LISTEN`: an address, or `off` (default `0.0.0.0:9097`).
+/// `SCALER_LISTEN`: an address (the chart's is `0.0.0.0:9097`), or `off`, the default.
 fn scaler_listen(env: &mut EnvReader) -> Option<SocketAddr> {
-    let text: String = env.or("SCALER_LISTEN", "0.0.0.0:9097".to_string());
+    let text: String = env.or("SCALER_LISTEN", "off".to_string());
     if text == "off" {
         return None;
     }
