@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The main job: the whole system on this machine. Brings up the local stack (a real Kafka
 # and a real Redis), runs chainsim, two ingest instances (active/standby), two scheduler
-# replicas and the processors (added and removed on consumer-group lag by a local stand-in
-# for KEDA + HPA), drives traffic, shows a live view, then drains and checks the result
+# replicas and the processors (added and removed by the chart's autoscaling policy on
+# sluice-scaling's engine: KEDA's and the HPA's arithmetic, no Kubernetes), drives traffic, shows a live view, then drains and checks the result
 # against the chain. Writes results/demo/<run>.json and .png.
 #
 # Usage: deploy/local/demo.sh [--seconds N] [--rate TX_PER_SEC] [--keep] [sluice-demo options]

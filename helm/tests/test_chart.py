@@ -237,6 +237,71 @@ def lag_checks(args, rendered):
             check(where in str(e), f"values.schema.json refuses {setting}, naming {where}")
 
 
+def external_scaler_checks(args, rendered):
+    """Sluice's scaler: per trigger, KEDA's external trigger at sluice-lag's Service, metadata the
+    real sluice-lag accepts, the scaler served there and admitted only from KEDA's operator;
+    mutual TLS from one Secret; refused without sluice-lag or with a bad trigger."""
+    binary = sluice_lag_binary()
+    keda_from = yaml.safe_load((CHART / "values.yaml").read_text())["networkPolicy"]["kedaFrom"]
+    for scenario, trigger in [("trigger-offsetlag-tls", "offsetLag"), ("trigger-timelag", "timeLag"),
+                              ("trigger-draintime", "drainTime")]:
+        objects = rendered.get(scenario, [])
+        scaled = find(objects, "ScaledObject")
+        t = scaled[0]["spec"]["triggers"][0] if scaled else {}
+        meta = t.get("metadata", {})
+        service = find(objects, "Service", "-lag")
+        lag = find(objects, "Deployment", "-lag")
+        env = {k: e.get("value") for k, e in container_env(lag[0]).items()} if lag else {}
+        port = service[0]["spec"]["ports"][0]["port"] if service else None
+        check(t.get("type") == "external" and meta.get("trigger") == trigger and meta.get("group") == "sluice-processor"
+              and bool(service) and meta.get("scalerAddress") == f"{service[0]['metadata']['name']}.default.svc:{port}"
+              and env.get("SLUICE_LAG_SCALER_LISTEN") == f"0.0.0.0:{port}",
+              f"{scenario}: KEDA's external trigger ({trigger}) points at sluice-lag's Service, whose pod serves the scaler")
+        if binary.exists() and lag:
+            out = subprocess.run([str(binary), "check-trigger", *[f"{k}={v}" for k, v in meta.items()]],
+                                 capture_output=True, text=True)
+            check(out.returncode == 0, f"{scenario}: the real sluice-lag reads the trigger's metadata ({(out.stdout or out.stderr).strip()})")
+            if "SLUICE_LAG_SCALER_TLS_CERT" not in env:
+                local = LAG_LOCAL | {"SLUICE_LAG_SCALER_LISTEN": "127.0.0.1:0"}
+                complaint = run_with_chart_env(binary, lag[0], local)
+                check(complaint is None, f"{scenario}: the real sluice-lag accepts the chart's settings{': ' + complaint if complaint else ''}")
+        policies = find(objects, "NetworkPolicy", "-lag")
+        ingress = policies[0]["spec"]["ingress"] if policies else []
+        admitted = [r for r in ingress if any(p["port"] == port for p in r["ports"])]
+        check(len(admitted) == 1 and admitted[0].get("from") == keda_from,
+              f"{scenario}: the NetworkPolicy admits only KEDA's operator (networkPolicy.kedaFrom) to the scaler port")
+    tls = rendered.get("trigger-offsetlag-tls", [])
+    auth = find(tls, "TriggerAuthentication", "-scaler")
+    refs = {r["parameter"]: (r["name"], r["key"]) for r in auth[0]["spec"]["secretTargetRef"]} if auth else {}
+    secret = "sluice-lag-scaler-tls"
+    trigger = find(tls, "ScaledObject")[0]["spec"]["triggers"][0] if find(tls, "ScaledObject") else {}
+    lag = find(tls, "Deployment", "-lag")
+    env = {k: e.get("value") for k, e in container_env(lag[0]).items()} if lag else {}
+    volumes = lag[0]["spec"]["template"]["spec"].get("volumes", []) if lag else []
+    check(refs == {"caCert": (secret, "ca.crt"), "tlsClientCert": (secret, "tls.crt"), "tlsClientKey": (secret, "tls.key")}
+          and trigger.get("metadata", {}).get("enableTLS") == "true"
+          and trigger.get("authenticationRef", {}).get("name") == auth[0]["metadata"]["name"]
+          and env.get("SLUICE_LAG_SCALER_TLS_CLIENT_CA", "").endswith("/ca.crt")
+          and any(v.get("secret", {}).get("secretName") == secret for v in volumes),
+          "lag.scaler.tls.secret: mutual TLS, sluice-lag serving with the Secret's certificate and CA, KEDA presenting the same Secret's")
+    defaults = rendered.get("defaults", [])
+    check(not find(defaults, "Service", "-lag") and "SLUICE_LAG_SCALER_LISTEN" not in container_env(find(defaults, "Deployment", "-lag")[0]),
+          "trigger kafka: no scaler served, no Service for it")
+    try:
+        render(args, "--set", "processor.autoscaling.trigger=timeLag", "--set", "lag.enabled=false")
+        check(False, "a trigger of Sluice's scaler without sluice-lag is refused")
+    except RuntimeError as e:
+        check("lag.enabled" in str(e), f"a trigger of Sluice's scaler without sluice-lag is refused, naming lag.enabled")
+    for setting, where in [("processor.autoscaling.trigger=cpu", "trigger"),
+                           ("processor.autoscaling.timeLag.targetSeconds=0", "targetSeconds"),
+                           ("lag.scaler.port=0", "port")]:
+        try:
+            render(args, "--set", setting)
+            check(False, f"values.schema.json refuses {setting}")
+        except RuntimeError as e:
+            check(where in str(e), f"values.schema.json refuses {setting}, naming {where}")
+
+
 def dockerfile_checks(objects):
     """Every image the chart runs has a Dockerfile (services/*/Dockerfile) that builds it
     in stages, from a workspace binary, into a distroless image that runs as the chart's
@@ -684,6 +749,7 @@ def main():
     limit_and_schema_checks(args)
     kafka_security_checks(args, rendered)
     lag_checks(args, rendered)
+    external_scaler_checks(args, rendered)
     dockerfile_checks(rendered.get("demo", []))
 
     demo = rendered.get("demo", [])

@@ -220,3 +220,8 @@ volumes:
 {{- define "sluice.schedulerAdminSecret" -}}
 {{- .Values.scheduler.adminTokenSecret | default (printf "%s-scheduler-admin" (include "sluice.fullname" .)) -}}
 {{- end }}
+
+{{/* Whether the processors scale through sluice-lag's external scaler (a trigger other than `kafka`). */}}
+{{- define "sluice.externalScaler" -}}
+{{- if and .Values.processor.autoscaling.enabled (ne .Values.processor.autoscaling.trigger "kafka") }}true{{ end -}}
+{{- end -}}

@@ -22,6 +22,12 @@ pub struct Args {
     /// Lag each processor is expected to carry (KEDA lagThreshold).
     #[arg(long, default_value_t = 3_000)]
     pub lag_threshold: u64,
+    /// The chart values whose autoscaling policy the demo runs (the flags below override it).
+    #[arg(long, default_value = "helm/sluice/values.yaml")]
+    pub values: PathBuf,
+    /// The autoscaling trigger, over the values' (kafka, offsetLag, timeLag, drainTime).
+    #[arg(long)]
+    pub trigger: Option<String>,
     /// How often the autoscaler decides (the HPA syncs every 15 s).
     #[arg(long, default_value_t = 5)]
     pub sync_seconds: u64,

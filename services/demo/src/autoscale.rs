@@ -1,104 +1,107 @@
-//! The decision rule KEDA + the HPA apply to a Kafka consumer, run locally:
-//! the same arithmetic, on a shorter clock.
-//!
-//! - KEDA's Kafka scaler reports the group's total lag, capped at
-//!   `partitions × lagThreshold` (`allowIdleConsumers=false`: no more
-//!   replicas than partitions).
-//! - The HPA (metric type `AverageValue`, target `lagThreshold`) wants
-//!   `ceil(metric / lagThreshold)` replicas, unless
-//!   `metric / (lagThreshold × current)` is within the 10 % tolerance of 1.
-//! - Scale-up: no stabilization; at most `max(start + 4, 2 × start)` where
-//!   `start` is the replica count one policy period (15 s) ago (the default
-//!   policies, `selectPolicy: Max`).
-//! - Scale-down: the highest recommendation within the stabilization
-//!   window (default 300 s), at most 100 % per sync.
-//! - Clamped to `[min, max]`.
-//!
-//! See `../shared/research/autoscaling.md` §1 and §2.
+//! The demo's autoscaler: the chart's own policy (`helm/sluice/values.yaml`, with the demo's
+//! flags merged over it the way `helm -f` would) run by `sluice-scaling`'s engine — KEDA's
+//! `kafka` trigger on the group's offsets, or Sluice's scaler on sluice-lag's picture, and the
+//! HPA controller's arithmetic (`conformance/hpa` holds it to Kubernetes' controller) — on the
+//! demo's shorter sync. The demo, `sluice-lag simulate` and the chart speak one policy.
 
-use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Instant;
 
-/// The rule's settings.
+use sluice_lag::picture::GroupPicture;
+use sluice_scaling::engine::Engine;
+use sluice_scaling::hpa::Limit;
+use sluice_scaling::keda::PartitionOffsets;
+use sluice_scaling::values::{self, Policy, PolicyTrigger};
+
+/// The demo's overrides of the chart's values.
 #[derive(Debug, Clone)]
-pub struct Rule {
-    /// Lag each replica is expected to carry (KEDA `lagThreshold`).
-    pub lag_threshold: u64,
-    pub min: u32,
-    pub max: u32,
+pub struct Overrides {
     pub partitions: u32,
-    /// HPA tolerance (0.1).
-    pub tolerance: f64,
-    /// HPA scale-down stabilization window.
-    pub down_window: Duration,
-    /// The scale-up policies' period (15 s).
-    pub up_period: Duration,
+    pub max_replicas: u32,
+    pub lag_threshold: u64,
+    pub scale_down_window_s: u64,
+    /// `kafka`, `offsetLag`, `timeLag` or `drainTime`; `None`: the chart's.
+    pub trigger: Option<String>,
 }
 
-/// The autoscaler's memory: recent recommendations.
-#[derive(Debug, Clone)]
-pub struct Autoscaler {
-    rule: Rule,
-    recommendations: VecDeque<(Instant, u32)>,
-    /// Replica counts decided, for the scale-up rate limit.
-    history: VecDeque<(Instant, u32)>,
+/// The policy the demo runs: the values file with the overrides merged over it.
+pub fn policy(values_file: &Path, o: &Overrides) -> Result<Policy, String> {
+    let name = values_file.display().to_string();
+    let text = std::fs::read_to_string(values_file).map_err(|e| format!("reading {name}: {e}"))?;
+    let mut v = values::parse_yaml(&name, &text)?;
+    let mut autoscaling = serde_json::json!({
+        "maxReplicas": o.max_replicas,
+        "lagThreshold": o.lag_threshold,
+        "behavior": {"scaleDown": {"stabilizationWindowSeconds": o.scale_down_window_s}},
+    });
+    if let Some(t) = &o.trigger {
+        autoscaling["trigger"] = serde_json::json!(t);
+    }
+    values::merge(
+        &mut v,
+        serde_json::json!({"kafka": {"partitions": o.partitions}, "processor": {"autoscaling": autoscaling}}),
+    );
+    values::policy(&name, &v)
 }
 
 /// One decision and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
     pub replicas: u32,
-    /// The metric KEDA reports (total lag, capped).
-    pub metric: u64,
+    /// The metric KEDA serves (milli-units; `None`: unknown).
+    pub metric: Option<i64>,
     /// What the HPA's formula alone asked for.
-    pub recommended: u32,
-    pub why: &'static str,
+    pub recommended: i32,
+    pub why: String,
+}
+
+/// The engine on the demo's clock.
+#[derive(Debug)]
+pub struct Autoscaler {
+    pub policy: Policy,
+    engine: Engine,
+    begin: Instant,
 }
 
 impl Autoscaler {
-    pub fn new(rule: Rule) -> Self {
-        Self { rule, recommendations: VecDeque::new(), history: VecDeque::new() }
+    pub fn new(policy: Policy, sync_ms: i64) -> Self {
+        let engine = Engine::new(&policy, sync_ms);
+        Self { policy, engine, begin: Instant::now() }
     }
 
-    /// The replicas to run, given `current` and the group's `total_lag`, at `now`.
-    pub fn decide(&mut self, now: Instant, current: u32, total_lag: u64) -> Decision {
-        let r = &self.rule;
-        let threshold = r.lag_threshold.max(1);
-        let cap = u64::from(r.partitions) * threshold;
-        let metric = if total_lag / threshold > u64::from(r.partitions) { cap } else { total_lag };
-        let current = current.max(1);
-        let ratio = metric as f64 / (threshold as f64 * f64::from(current));
-        let within = (1.0 - r.tolerance..=1.0 + r.tolerance).contains(&ratio);
-        let wanted = if within { current } else { metric.div_ceil(threshold) as u32 };
-        let recommended = wanted.clamp(r.min.max(1), r.max);
-        self.recommendations.push_back((now, recommended));
-        while self.recommendations.front().is_some_and(|(t, _)| now.duration_since(*t) > r.down_window) {
-            self.recommendations.pop_front();
+    /// What the trigger reads: the group's offsets (KEDA's `kafka`) or sluice-lag's picture.
+    pub fn describe(&self) -> String {
+        match &self.policy.trigger {
+            PolicyTrigger::Kafka(t) => format!("KEDA's kafka trigger, lagThreshold {}", t.lag_threshold),
+            PolicyTrigger::Sluice(t) => format!("Sluice's scaler (sluice-lag), {t:?}"),
         }
-        self.history.push_back((now, current));
-        while self.history.front().is_some_and(|(t, _)| now.duration_since(*t) > r.up_period) {
-            self.history.pop_front();
-        }
-        // Replicas at the start of the policy period: the fewest seen in it.
-        let start = self.history.iter().map(|(_, n)| *n).min().unwrap_or(current);
-        let (replicas, why) = if recommended > current {
-            let limit = (start + 4).max(start * 2).max(current);
-            if recommended > limit { (limit, "scale up (rate-limited)") } else { (recommended, "scale up") }
-        } else if recommended < current {
-            let stabilized = self.recommendations.iter().map(|(_, n)| *n).max().unwrap_or(recommended);
-            if stabilized >= current {
-                (current, "hold (scale-down stabilization)")
-            } else {
-                (stabilized, "scale down")
-            }
-        } else if within {
-            (current, "hold (within tolerance)")
-        } else {
-            (current, "hold")
+    }
+
+    /// One sync at `now` with `current` processors.
+    pub fn decide(
+        &mut self,
+        now: Instant,
+        current: u32,
+        offsets: &[PartitionOffsets],
+        picture: Option<&GroupPicture>,
+    ) -> Decision {
+        let at_ms = now.duration_since(self.begin).as_millis() as i64;
+        let input = picture.and_then(|g| sluice_lag::scaler::group_input(g, at_ms, true).ok());
+        let metric = self.engine.metric(offsets, input.as_ref());
+        let r = self.engine.sync(at_ms, current as i32, metric);
+        let limit = match r.limit {
+            Limit::Desired => "as asked",
+            Limit::Tolerance => "within the tolerance",
+            Limit::Stabilized => "held by the stabilization window",
+            Limit::Rate => "rate-limited by the behavior's policies",
+            Limit::Bounds => "at min/max",
+            Limit::NoMetric => "no metric: held",
         };
-        let replicas = replicas.clamp(r.min.max(1), r.max);
-        self.history.push_back((now, replicas));
-        Decision { replicas, metric, recommended, why }
+        let why = match &self.engine.last_decision {
+            Some(d) => format!("{limit}; scaler: {:?}, {}", d.rule, d.reason),
+            None => limit.to_string(),
+        };
+        Decision { replicas: r.desired.max(0) as u32, metric, recommended: r.recommended, why }
     }
 }
 
@@ -106,65 +109,44 @@ impl Autoscaler {
 mod tests {
     use super::*;
 
-    fn rule(window_s: u64) -> Rule {
-        Rule {
-            lag_threshold: 100,
-            min: 1,
-            max: 10,
+    fn chart() -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../helm/sluice/values.yaml")
+    }
+
+    fn overrides(trigger: Option<&str>) -> Overrides {
+        Overrides {
             partitions: 12,
-            tolerance: 0.1,
-            down_window: Duration::from_secs(window_s),
-            up_period: Duration::from_secs(15),
+            max_replicas: 6,
+            lag_threshold: 1000,
+            scale_down_window_s: 30,
+            trigger: trigger.map(String::from),
         }
     }
 
-    fn scaler(window_s: u64) -> Autoscaler {
-        Autoscaler::new(rule(window_s))
+    fn offsets(lag_each: i64) -> Vec<PartitionOffsets> {
+        (0..12).map(|_| PartitionOffsets { committed: Some(0), earliest: Some(0), latest: lag_each }).collect()
     }
 
     #[test]
-    fn replicas_follow_ceil_of_lag_over_threshold_outside_the_tolerance() {
-        let mut a = scaler(0);
+    fn the_demo_runs_the_chart_s_policy_with_its_overrides() {
+        let p = policy(&chart(), &overrides(None)).expect("the chart's values");
+        assert_eq!((p.max_replicas, p.partitions), (6, 12));
+        let b = p.behavior.clone().expect("the chart's behavior");
+        assert_eq!(b.scale_down.and_then(|d| d.stabilization_window_seconds), Some(30));
+        let mut a = Autoscaler::new(p, 5_000);
         let t = Instant::now();
-        assert_eq!(a.decide(t, 1, 350).replicas, 4);
-        // 4 replicas carrying 420 = ratio 1.05: within 10 %, held.
-        let d = a.decide(t, 4, 420);
-        assert_eq!((d.replicas, d.why), (4, "hold (within tolerance)"));
-        assert_eq!(a.decide(t, 4, 460).replicas, 5, "ratio 1.15 scales");
-        let later = t + Duration::from_secs(1);
-        assert_eq!(a.decide(later, 5, 0).replicas, 1, "no window: straight down to min");
+        // 12,000 records behind: 12 wanted; the chart's scale-up policies allow max(1 + 4, 2 × 1).
+        let d = a.decide(t, 1, &offsets(1_000), None);
+        assert_eq!((d.recommended, d.replicas, d.metric), (12, 5, Some(12_000_000)));
+        assert!(d.why.contains("rate-limited"), "{}", d.why);
     }
 
     #[test]
-    fn scale_up_is_rate_limited_and_capped_at_max() {
-        let mut a = scaler(0);
-        let t = Instant::now();
-        assert_eq!(a.decide(t, 1, 100_000).replicas, 5, "max(1 + 4, 2 × 1)");
-        let soon = t + Duration::from_secs(5);
-        assert_eq!(a.decide(soon, 5, 100_000).replicas, 5, "still within the 15 s period that started at 1");
-        let later = t + Duration::from_secs(20);
-        assert_eq!(a.decide(later, 5, 100_000).replicas, 10, "a new period: max(9, 10), then the max of 10");
-        let d = a.decide(later, 10, 100_000);
-        assert_eq!((d.metric, d.replicas), (1_200, 10), "KEDA caps the metric at partitions × threshold");
-    }
-
-    #[test]
-    fn scale_down_waits_for_the_stabilization_window() {
-        let mut a = scaler(30);
-        let t = Instant::now();
-        assert_eq!(a.decide(t, 1, 600).replicas, 5);
-        let later = t + Duration::from_secs(10);
-        let d = a.decide(later, 5, 50);
-        assert_eq!((d.replicas, d.why), (5, "hold (scale-down stabilization)"));
-        // Past the window the high recommendation has expired.
-        assert_eq!(a.decide(t + Duration::from_secs(45), 5, 50).replicas, 1);
-    }
-
-    #[test]
-    fn the_tolerance_keeps_twelve_partitions_from_reaching_twelve_replicas() {
-        // The research's pitfall: with 11 replicas and the metric capped at
-        // 12 × threshold, the ratio 12/11 = 1.09 is within the tolerance.
-        let mut a = Autoscaler::new(Rule { max: 12, ..rule(0) });
-        assert_eq!(a.decide(Instant::now(), 11, 1_000_000).replicas, 11);
+    fn a_trigger_of_sluice_s_scaler_reads_sluice_lag_s_picture_and_holds_without_it() {
+        let p = policy(&chart(), &overrides(Some("offsetLag"))).expect("values");
+        let mut a = Autoscaler::new(p, 5_000);
+        let d = a.decide(Instant::now(), 2, &offsets(1_000), None);
+        assert_eq!((d.replicas, d.metric), (2, None), "no picture: unknown, the HPA holds");
+        assert!(policy(&chart(), &overrides(Some("cpu"))).is_err());
     }
 }

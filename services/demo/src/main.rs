@@ -2,7 +2,7 @@
 //!
 //! chainsim (the chain) → 2 ingest (active/standby) → Kafka → processors
 //! (1..max, added and removed on consumer-group lag by the KEDA + HPA rule
-//! in [`autoscale`], a local stand-in for the cluster) → Redis; 2 scheduler
+//! in [`autoscale`], the chart's policy on sluice-scaling's engine) → Redis; 2 scheduler
 //! replicas run the periodic jobs. A live view while traffic runs; then the
 //! ingest stops, the processors drain the lag, and the result is checked
 //! against the chain: pools whose Redis state differs from `GetPool`
@@ -38,7 +38,7 @@ use sluice_proto::scheduler::v1::scheduler_admin_client::SchedulerAdminClient;
 use sluice_service::process::{free_port, metric};
 
 use crate::args::Args;
-use crate::autoscale::{Autoscaler, Rule};
+use crate::autoscale::{Autoscaler, Overrides};
 use crate::chaos::Chaos;
 use crate::procs::{Proc, binary, buckets, quantile, say};
 use crate::report::{Sample, Settings};
@@ -225,27 +225,31 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
         "== ingest ×2 (active/standby), {first} processor(s); traffic {} tx/s for {} s (bursts ×4 for 6 s every 60 s)",
         args.rate, args.seconds
     ));
+    let overrides = Overrides {
+        partitions: args.partitions,
+        max_replicas: args.max_processors,
+        lag_threshold: args.lag_threshold,
+        scale_down_window_s: args.scale_down_window_seconds,
+        trigger: args.trigger.clone(),
+    };
+    let policy = autoscale::policy(&args.values, &overrides).map_err(anyhow::Error::msg)?;
+    let mut scaler = Autoscaler::new(policy, (args.sync_seconds * 1000) as i64);
     if chaos.is_some() {
         say("== chaos soak: exactly-once outputs, no autoscaler; faults on a timetable (sluice-demo's chaos.rs)");
     } else {
         say(&format!(
-            "== autoscaling: a local stand-in for KEDA + HPA: replicas = ceil(lag / {}), 10 % tolerance, up to {} processors, \
-         sync every {} s, scale-down window {} s (Kubernetes defaults: 15 s and 300 s)",
-            args.lag_threshold, args.max_processors, args.sync_seconds, args.scale_down_window_seconds
+            "== autoscaling: the chart's policy ({}, flags over it) on sluice-scaling's engine: {}, up to {} processors, \
+         HPA sync every {} s, scale-down window {} s (Kubernetes: 15 s and the chart's 300 s)",
+            args.values.display(),
+            scaler.describe(),
+            args.max_processors,
+            args.sync_seconds,
+            args.scale_down_window_seconds
         ));
     }
 
     let consumer: Arc<BaseConsumer> =
         Arc::new(KafkaConfig::new(args.brokers.clone()).client().set("group.id", &names.group).create()?);
-    let mut scaler = Autoscaler::new(Rule {
-        lag_threshold: args.lag_threshold,
-        min: 1,
-        max: args.max_processors,
-        partitions: args.partitions,
-        tolerance: 0.1,
-        down_window: Duration::from_secs(args.scale_down_window_seconds),
-        up_period: Duration::from_secs(15),
-    });
     let tty = std::io::stdout().is_terminal();
     let begin = Instant::now();
     let mut timeline: Vec<Sample> = Vec::new();
@@ -266,7 +270,7 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
         let topic = names.topic.clone();
         let partitions = args.partitions;
         let c = Arc::clone(&consumer);
-        let Some((lag, committed, produced)) =
+        let Some((lag, committed, produced, offsets)) =
             tokio::task::spawn_blocking(move || lag(&c, &topic, partitions)).await.ok().flatten()
         else {
             if traffic_stopped.is_some_and(|at| at.elapsed() > Duration::from_secs(args.drain_timeout_seconds)) {
@@ -350,9 +354,10 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
         if chaos.is_none() && now.duration_since(last_sync) >= Duration::from_secs(args.sync_seconds) {
             last_sync = now;
             let current = system.processors.len() as u32;
-            let d = scaler.decide(now, current, lag);
+            let d = scaler.decide(now, current, &offsets, watched.as_ref());
             if d.replicas != current {
-                say(&format!("   autoscaler: lag {lag} (metric {}) → {} processors ({})", d.metric, d.replicas, d.why));
+                let metric = d.metric.map_or("unknown".into(), |m| format!("{:.1}", m as f64 / 1000.0));
+                say(&format!("   autoscaler: lag {lag} (metric {metric}) → {} processors ({})", d.replicas, d.why));
                 printed = 0;
                 decisions.push(report::Scaled { t: begin.elapsed().as_secs_f64(), lag, from: current, to: d.replicas });
             }
@@ -398,7 +403,7 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
         Some(c) => Some(soak_report(c, &args, &names, chain_config, summary.ingest_cursor).await?),
         None => None,
     };
-    let (_, consumed, produced) = {
+    let (_, consumed, produced, _) = {
         let c = Arc::clone(&consumer);
         let (topic, partitions) = (names.topic.clone(), args.partitions);
         tokio::task::spawn_blocking(move || lag(&c, &topic, partitions)).await?.unwrap_or_default()

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use sluice_scaling::keda::PartitionOffsets;
 use sluice_service::process::free_port;
 
 use crate::args::Args;
@@ -190,22 +191,25 @@ impl System {
     }
 }
 
-/// The group's lag and committed total, from Kafka.
-pub fn lag(consumer: &BaseConsumer, topic: &str, partitions: u32) -> Option<(u64, u64, u64)> {
+/// The group's lag, committed and end totals, and each partition's offsets, from Kafka.
+pub fn lag(consumer: &BaseConsumer, topic: &str, partitions: u32) -> Option<(u64, u64, u64, Vec<PartitionOffsets>)> {
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions as i32 {
         tpl.add_partition(topic, p);
     }
     let committed = consumer.committed_offsets(tpl, Duration::from_secs(5)).ok()?;
-    let (mut lag, mut done, mut end) = (0u64, 0u64, 0u64);
+    let (mut lag, mut done, mut end, mut offsets) = (0u64, 0u64, 0u64, Vec::new());
     for e in committed.elements() {
-        let c = if let Offset::Offset(o) = e.offset() { o.max(0) as u64 } else { 0 };
-        let high = consumer.fetch_watermarks(topic, e.partition(), Duration::from_secs(5)).ok()?.1.max(0) as u64;
+        let known = if let Offset::Offset(o) = e.offset() { Some(o.max(0)) } else { None };
+        let c = known.unwrap_or(0) as u64;
+        let (low, high) = consumer.fetch_watermarks(topic, e.partition(), Duration::from_secs(5)).ok()?;
+        offsets.push(PartitionOffsets { committed: known, earliest: Some(low), latest: high });
+        let high = high.max(0) as u64;
         lag += high.saturating_sub(c);
         done += c;
         end += high;
     }
-    Some((lag, done, end))
+    Some((lag, done, end, offsets))
 }
 
 pub async fn wait_for(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> bool) -> anyhow::Result<()> {

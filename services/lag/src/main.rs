@@ -1,7 +1,8 @@
 //! sluice-lag: polls the configured Kafka groups' offsets and record
 //! timestamps, exports them (`/metrics`, `/groups`), and never depends on the
 //! consumers it watches. `sluice-lag describe --group G` prints one group
-//! from a running instance; `sluice-lag simulate` replays a trace through the
+//! from a running instance; `sluice-lag check-trigger key=value…` reads a
+//! ScaledObject's trigger metadata as the scaler would; `sluice-lag simulate` replays a trace through the
 //! autoscaling engine. Configuration: `SLUICE_LAG_…` (README and
 //! `sluice_lag::config`); a bad or unknown variable stops it with status 2.
 
@@ -26,6 +27,19 @@ fn main() -> anyhow::Result<()> {
             Ok(text) => Ok(std::io::stdout().write_all(text.as_bytes())?),
             Err(e) => anyhow::bail!(e),
         };
+    }
+    if std::env::args().nth(1).as_deref() == Some("check-trigger") {
+        // `sluice-lag check-trigger key=value…`: a ScaledObject's trigger metadata as the scaler reads it.
+        use std::io::Write;
+        let meta: std::collections::HashMap<String, String> =
+            std::env::args().skip(2).filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.into(), v.into()))).collect();
+        match sluice_lag::scaler::TriggerSpec::from_metadata(&meta) {
+            Ok(spec) => return Ok(writeln!(std::io::stdout(), "{} {:?}", spec.metric_name(), spec.settings.trigger)?),
+            Err(e) => {
+                eprintln!("{e}");
+                std::process::exit(2);
+            }
+        }
     }
     if std::env::args().nth(1).as_deref() == Some("simulate") {
         use std::io::Write;

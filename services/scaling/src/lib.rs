@@ -10,12 +10,14 @@
 //!   shares), served to KEDA by sluice-lag.
 //! - [`values`] (a policy from the chart's values), [`trace`] (what is replayed), [`sim`] (the
 //!   consumer model with KEDA and the HPA deciding on it): `sluice-lag simulate`.
+//! - [`engine`]: a policy's metric and HPA together (the simulator and the demo drive it).
 //! - [`case`]: the committed conformance cases and their replay.
 
 #![forbid(unsafe_code)]
 
 pub mod behavior;
 pub mod case;
+pub mod engine;
 pub mod hpa;
 pub mod keda;
 pub mod partitions;

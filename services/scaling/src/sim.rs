@@ -19,12 +19,11 @@ use std::collections::VecDeque;
 
 use serde::Serialize;
 
-use crate::behavior::{Behavior, Tolerance};
-use crate::hpa::{ControllerFlags, Hpa, HpaSpec, Target};
-use crate::keda::{KafkaScaler, OperatorState, PartitionOffsets};
-use crate::rules::{GroupInput, PartitionInput, Scaler, Settings};
+use crate::engine::Engine;
+use crate::keda::{OperatorState, PartitionOffsets};
+use crate::rules::{GroupInput, PartitionInput};
 use crate::trace::Trace;
-use crate::values::{Policy, PolicyTrigger};
+use crate::values::Policy;
 
 /// The consumer group and its surroundings.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -103,12 +102,6 @@ impl Partition {
     }
 }
 
-/// The decider behind the HPA's metric.
-enum Decider {
-    Kafka(KafkaScaler),
-    Sluice(Box<Scaler>),
-}
-
 struct Run<'a> {
     policy: &'a Policy,
     model: &'a Model,
@@ -120,8 +113,7 @@ struct Run<'a> {
     paused_until: f64,
     last_rebalance: Option<f64>,
     rebalances: u32,
-    hpa: Hpa,
-    decider: Decider,
+    engine: Engine,
     operator: OperatorState,
     snapshot: Option<GroupInput>,
     /// Records consumed in each of the last 60 s, for the consume rate sluice-lag reports.
@@ -151,35 +143,6 @@ pub fn run(policy: &Policy, model: &Model, trace: &Trace) -> (Vec<Sample>, Summa
 
 impl<'a> Run<'a> {
     fn new(policy: &'a Policy, model: &'a Model, initial: i32) -> Self {
-        let (target, decider) = match &policy.trigger {
-            PolicyTrigger::Kafka(t) => (t.lag_threshold.max(1) * 1000, Decider::Kafka(KafkaScaler::new(t.clone()))),
-            PolicyTrigger::Sluice(trigger) => {
-                let tolerance = policy
-                    .behavior
-                    .as_ref()
-                    .and_then(|b| b.scale_up.as_ref())
-                    .and_then(|u| u.tolerance)
-                    .map_or(0.1, Tolerance::as_f64);
-                let settings = Settings {
-                    trigger: *trigger,
-                    min_replicas: policy.min_replicas.max(0) as u32,
-                    max_replicas: policy.max_replicas.max(1) as u32,
-                    per_pod_rate: policy.per_pod_rate,
-                    rate_bounds_factor: 4.0,
-                    min_cooldown_ms: (policy.min_cooldown_s * 1000.0) as i64,
-                    hpa_tolerance: tolerance,
-                    rate_window_ms: 60_000,
-                };
-                (1000, Decider::Sluice(Box::new(Scaler::new(settings))))
-            }
-        };
-        let spec = HpaSpec {
-            min_replicas: policy.min_replicas.max(1),
-            max_replicas: policy.max_replicas,
-            target: Target::AverageValue(target),
-            behavior: policy.behavior.as_ref().map(Behavior::from_spec),
-        };
-        let flags = ControllerFlags { sync_period_ms: (model.sync_s * 1000.0) as i64, ..ControllerFlags::default() };
         Self {
             policy,
             model,
@@ -190,8 +153,7 @@ impl<'a> Run<'a> {
             paused_until: 0.0,
             last_rebalance: None,
             rebalances: 0,
-            hpa: Hpa::new(spec, flags),
-            decider,
+            engine: Engine::new(policy, (model.sync_s * 1000.0) as i64),
             operator: OperatorState::default(),
             snapshot: None,
             consumed_window: VecDeque::new(),
@@ -352,13 +314,8 @@ impl<'a> Run<'a> {
     fn sync(&mut self, at: f64) {
         let current = self.ready + self.starting.len() as i32;
         let offsets = self.offsets();
-        let metric = match &mut self.decider {
-            Decider::Kafka(k) => Some(k.poll(&offsets).lag * 1000),
-            Decider::Sluice(s) => {
-                self.snapshot.as_ref().and_then(|snap| s.decide(snap).metric).map(|m| (m * 1000.0).round() as i64)
-            }
-        };
-        let result = self.hpa.sync((at * 1000.0) as i64, current, metric);
+        let metric = self.engine.metric(&offsets, self.snapshot.as_ref());
+        let result = self.engine.sync((at * 1000.0) as i64, current, metric);
         if result.desired != current {
             self.scale_to(at, result.desired);
         }

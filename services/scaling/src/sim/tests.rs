@@ -2,6 +2,7 @@ use super::*;
 use crate::behavior::BehaviorSpec;
 use crate::keda::KafkaTrigger;
 use crate::rules::Trigger;
+use crate::values::PolicyTrigger;
 
 fn model() -> Model {
     Model {
