@@ -469,6 +469,53 @@ def plot_stress(reports, path):
     plt.close(fig)
 
 
+def policy_label(name):
+    """A policy's label: the chart's defaults, or its override file's name."""
+    base = os.path.basename(name)
+    return "chart defaults" if base == "values.yaml" else base.removesuffix(".yaml")
+
+
+def autoscaling(name, r):
+    m = r["model"]
+    head = ["policy", "peak time lag", f"time over {m['objective_s']:.0f} s", "rebalances", "replica-minutes",
+            "peak replicas", "peak lag (records)"]
+    rows = [[policy_label(x["summary"]["policy"]), f"{x['summary']['peak_time_lag_s']:.1f} s",
+             f"{x['summary']['seconds_over_objective']:.0f} s", str(x["summary"]["rebalances"]),
+             f"{x['summary']['replica_minutes']:.1f}", str(x["summary"]["peak_replicas"]),
+             n0(x["summary"]["peak_lag"])] for x in r["runs"]]
+    model = (f"Trace `{r['trace']}`; model: {n0(m['per_pod_rate'])} records/s per processor, "
+             f"{m['rebalance_pause_s']:.0f} s without consumption per rebalance, {m['startup_s']:.0f} s start-up, "
+             f"sluice-lag polls every {m['lag_poll_s']:.0f} s, the HPA syncs every {m['sync_s']:.0f} s.")
+    return "\n".join([table(head, rows), "", model, "", f"Source: `{name}` (sluice-lag simulate; the command is above)."])
+
+
+SECTIONS["autoscaling"] = autoscaling
+
+
+def plot_autoscaling(r, path):
+    cols = r["columns"]
+    t, produce, ready, lag_s = (cols.index(c) for c in ("t_s", "produce_rate", "ready", "time_lag_s"))
+    fig, axes = plt.subplots(3, 1, figsize=(8, 7.5), sharex=True)
+    first = r["runs"][0]["samples"]
+    axes[0].plot([row[t] for row in first], [row[produce] / 1000 for row in first], color="black")
+    axes[0].set_ylabel("produced, k records/s")
+    for run in r["runs"]:
+        label = policy_label(run["summary"]["policy"])
+        axes[1].step([row[t] for row in run["samples"]], [row[ready] for row in run["samples"]], where="post", label=label)
+        axes[2].plot([row[t] for row in run["samples"]], [row[lag_s] for row in run["samples"]], label=label)
+    axes[1].set_ylabel("processors ready")
+    axes[2].set_ylabel("time lag, s")
+    axes[2].axhline(r["model"]["objective_s"], color="grey", linestyle=":", label="objective")
+    axes[2].set_xlabel("seconds")
+    axes[1].legend(fontsize=8, ncol=2)
+    for ax in axes:
+        ax.grid(True, alpha=0.3)
+    axes[0].set_title("Autoscaling policies on the same recorded trace (sluice-lag simulate)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def render(results, readme_path):
     with open(readme_path) as f:
         readme = f.read()
@@ -500,6 +547,9 @@ def render(results, readme_path):
     if "lag-scale" in found:
         plot_lag_scale(found["lag-scale"], os.path.join(plots, "lag-scale.png"))
         made.append("lag-scale.png")
+    if "autoscaling" in found:
+        plot_autoscaling(found["autoscaling"], os.path.join(plots, "autoscaling.png"))
+        made.append("autoscaling.png")
     stress = [(m, found[m]) for m in ("stress-in-process", "stress-kafka", "stress-full") if m in found]
     if stress:
         plot_stress(stress, os.path.join(plots, "stress-latency.png"))

@@ -221,7 +221,7 @@ def lag_checks(args, rendered):
         complaint = run_with_chart_env(binary, bad) or ""
         check(complaint.startswith("exit 2") and "SLUICE_LAG_GROUPS_REGEX" in complaint,
               f"a bad lag.groupsRegex stops sluice-lag naming the setting ({complaint[:120]})")
-    off = render(args, "--set", "lag.enabled=false")
+    off = render(args, "--set", "lag.enabled=false", "--set", "processor.autoscaling.trigger=kafka")
     rules = find(off, "PrometheusRule")
     texts = json.dumps(rules)
     selected = find(off, "PodMonitor")[0]["spec"]["selector"]["matchExpressions"][0]["values"]
@@ -243,8 +243,8 @@ def external_scaler_checks(args, rendered):
     mutual TLS from one Secret; refused without sluice-lag or with a bad trigger."""
     binary = sluice_lag_binary()
     keda_from = yaml.safe_load((CHART / "values.yaml").read_text())["networkPolicy"]["kedaFrom"]
-    for scenario, trigger in [("trigger-offsetlag-tls", "offsetLag"), ("trigger-timelag", "timeLag"),
-                              ("trigger-draintime", "drainTime")]:
+    for scenario, trigger in [("defaults", "timeLag"), ("trigger-offsetlag-tls", "offsetLag"),
+                              ("trigger-timelag", "timeLag"), ("trigger-draintime", "drainTime")]:
         objects = rendered.get(scenario, [])
         scaled = find(objects, "ScaledObject")
         t = scaled[0]["spec"]["triggers"][0] if scaled else {}
@@ -284,8 +284,8 @@ def external_scaler_checks(args, rendered):
           and env.get("SLUICE_LAG_SCALER_TLS_CLIENT_CA", "").endswith("/ca.crt")
           and any(v.get("secret", {}).get("secretName") == secret for v in volumes),
           "lag.scaler.tls.secret: mutual TLS, sluice-lag serving with the Secret's certificate and CA, KEDA presenting the same Secret's")
-    defaults = rendered.get("defaults", [])
-    check(not find(defaults, "Service", "-lag") and "SLUICE_LAG_SCALER_LISTEN" not in container_env(find(defaults, "Deployment", "-lag")[0]),
+    kafka = rendered.get("trigger-kafka", [])
+    check(not find(kafka, "Service", "-lag") and "SLUICE_LAG_SCALER_LISTEN" not in container_env(find(kafka, "Deployment", "-lag")[0]),
           "trigger kafka: no scaler served, no Service for it")
     try:
         render(args, "--set", "processor.autoscaling.trigger=timeLag", "--set", "lag.enabled=false")
@@ -556,7 +556,11 @@ def render_scenarios(args, crd_schemas):
 
 def keda_checks(args, rendered):
     """KEDA on: a ScaledObject on the processor, sized by the values; KEDA off: replicas."""
-    on, off = rendered.get("defaults", []), rendered.get("keda-off", [])
+    on, off = rendered.get("trigger-kafka", []), rendered.get("keda-off", [])
+    default = find(rendered.get("defaults", []), "ScaledObject")
+    check(len(default) == 1 and default[0]["spec"]["triggers"][0]["type"] == "external"
+          and default[0]["spec"]["triggers"][0]["metadata"].get("trigger") == "timeLag",
+          "defaults: sluice-lag's scaler keeps the time lag under its target (trigger timeLag)")
     processor = find(on, "Deployment", "-processor")
     scaled = find(on, "ScaledObject")
     check(len(processor) == 1 and "replicas" not in processor[0]["spec"],
@@ -601,7 +605,8 @@ def workload_count_checks(rendered):
         ins = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
         outs = {p["port"] for rule in policy["spec"]["egress"] for p in rule["ports"]}
         component = name.rsplit("-", 1)[1]
-        admin = {"processor": {9090}, "scheduler": {9091, 50061}, "ingest": {9094}, "lag": {9096}}[component]
+        # sluice-lag: its admin port, and the external scaler KEDA calls (the default trigger is its).
+        admin = {"processor": {9090}, "scheduler": {9091, 50061}, "ingest": {9094}, "lag": {9096, 9097}}[component]
         allowed = {53, 9092} if component == "lag" else {53, 9092, 6379, 50051}
         check(ins == admin and outs == allowed,
               f"{name}: in only {sorted(admin)}, out only {sorted(allowed)} ({sorted(ins)} / {sorted(outs)})")

@@ -41,7 +41,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = keda_module_dir()?.join("pkg/scalers/externalscaler");
     let proto = root.join("externalscaler.proto");
     let descriptors = protox::compile([&proto], [&root])?;
-    tonic_prost_build::configure().build_client(false).build_server(true).compile_fds(descriptors)?;
+    tonic_prost_build::configure().build_client(true).build_server(true).compile_fds(descriptors)?;
     println!("cargo:rerun-if-changed={}", proto.display());
     Ok(())
 }

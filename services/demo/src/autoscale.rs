@@ -1,16 +1,21 @@
 //! The demo's autoscaler: the chart's own policy (`helm/sluice/values.yaml`, with the demo's
 //! flags merged over it the way `helm -f` would) run by `sluice-scaling`'s engine — KEDA's
-//! `kafka` trigger on the group's offsets, or Sluice's scaler on sluice-lag's picture, and the
-//! HPA controller's arithmetic (`conformance/hpa` holds it to Kubernetes' controller) — on the
-//! demo's shorter sync. The demo, `sluice-lag simulate` and the chart speak one policy.
+//! `kafka` trigger on the group's offsets, or, for Sluice's triggers, the metric asked of the
+//! demo's sluice-lag over KEDA's external-scaler protocol with the metadata the chart would
+//! render, as KEDA's operator asks it — and the HPA controller's arithmetic
+//! (`conformance/hpa` holds it to Kubernetes' controller), on the demo's shorter sync. The
+//! demo, `sluice-lag simulate` and the chart speak one policy.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::time::Instant;
 
-use sluice_lag::picture::GroupPicture;
+use sluice_lag::scaler::grpc::pb::external_scaler_client::ExternalScalerClient;
+use sluice_lag::scaler::grpc::pb::{GetMetricsRequest, ScaledObjectRef};
 use sluice_scaling::engine::Engine;
 use sluice_scaling::hpa::Limit;
 use sluice_scaling::keda::PartitionOffsets;
+use sluice_scaling::rules::Trigger;
 use sluice_scaling::values::{self, Policy, PolicyTrigger};
 
 /// The demo's overrides of the chart's values.
@@ -55,18 +60,77 @@ pub struct Decision {
     pub why: String,
 }
 
+/// The trigger metadata the chart renders for a policy of Sluice's scaler.
+pub fn trigger_metadata(policy: &Policy, group: &str) -> HashMap<String, String> {
+    let mut m: HashMap<String, String> = HashMap::new();
+    let mut set = |k: &str, v: String| {
+        m.insert(k.to_string(), v);
+    };
+    set("group", group.to_string());
+    match &policy.trigger {
+        PolicyTrigger::Sluice(Trigger::OffsetLag { lag_threshold }) => {
+            set("trigger", "offsetLag".into());
+            set("lagThreshold", lag_threshold.to_string());
+        }
+        PolicyTrigger::Sluice(Trigger::TimeLag { target_seconds }) => {
+            set("trigger", "timeLag".into());
+            set("targetSeconds", target_seconds.to_string());
+        }
+        PolicyTrigger::Sluice(Trigger::DrainTime { target_seconds }) => {
+            set("trigger", "drainTime".into());
+            set("targetSeconds", target_seconds.to_string());
+        }
+        PolicyTrigger::Kafka(_) => {}
+    }
+    let tolerance = policy.behavior.as_ref().and_then(|b| b.scale_up.as_ref()).and_then(|u| u.tolerance);
+    set("perPodRate", policy.per_pod_rate.to_string());
+    set("minReplicas", policy.min_replicas.to_string());
+    set("maxReplicas", policy.max_replicas.to_string());
+    set("hpaTolerance", tolerance.map_or("0.1".into(), |t| t.to_string()));
+    set("minCooldownSeconds", policy.min_cooldown_s.to_string());
+    set("activationLagThreshold", policy.activation_lag_threshold.to_string());
+    m
+}
+
+/// KEDA's side of the external trigger: a client of sluice-lag's scaler.
+#[derive(Debug)]
+struct External {
+    client: ExternalScalerClient<tonic::transport::Channel>,
+    reference: ScaledObjectRef,
+    metric: String,
+}
+
 /// The engine on the demo's clock.
 #[derive(Debug)]
 pub struct Autoscaler {
     pub policy: Policy,
     engine: Engine,
     begin: Instant,
+    external: Option<External>,
 }
 
 impl Autoscaler {
     pub fn new(policy: Policy, sync_ms: i64) -> Self {
         let engine = Engine::new(&policy, sync_ms);
-        Self { policy, engine, begin: Instant::now() }
+        Self { policy, engine, begin: Instant::now(), external: None }
+    }
+
+    /// For Sluice's triggers: connects to sluice-lag's scaler as KEDA would and asks it the
+    /// metric's name; for `kafka`, nothing.
+    pub async fn connect(&mut self, scaler: std::net::SocketAddr, group: &str) -> anyhow::Result<()> {
+        if matches!(self.policy.trigger, PolicyTrigger::Kafka(_)) {
+            return Ok(());
+        }
+        let mut client = ExternalScalerClient::connect(format!("http://{scaler}")).await?;
+        let reference = ScaledObjectRef {
+            name: "processor".into(),
+            namespace: "sluice-demo".into(),
+            scaler_metadata: trigger_metadata(&self.policy, group),
+        };
+        let spec = client.get_metric_spec(reference.clone()).await?.into_inner();
+        let metric = spec.metric_specs.first().map(|s| s.metric_name.clone()).unwrap_or_default();
+        self.external = Some(External { client, reference, metric });
+        Ok(())
     }
 
     /// What the trigger reads: the group's offsets (KEDA's `kafka`) or sluice-lag's picture.
@@ -78,16 +142,22 @@ impl Autoscaler {
     }
 
     /// One sync at `now` with `current` processors.
-    pub fn decide(
-        &mut self,
-        now: Instant,
-        current: u32,
-        offsets: &[PartitionOffsets],
-        picture: Option<&GroupPicture>,
-    ) -> Decision {
+    pub async fn decide(&mut self, now: Instant, current: u32, offsets: &[PartitionOffsets]) -> Decision {
         let at_ms = now.duration_since(self.begin).as_millis() as i64;
-        let input = picture.and_then(|g| sluice_lag::scaler::group_input(g, at_ms, true).ok());
-        let metric = self.engine.metric(offsets, input.as_ref());
+        let (metric, served) = match &mut self.external {
+            None => (self.engine.metric(offsets, None), String::new()),
+            Some(e) => {
+                let request =
+                    GetMetricsRequest { scaled_object_ref: Some(e.reference.clone()), metric_name: e.metric.clone() };
+                match e.client.get_metrics(request).await {
+                    Ok(r) => {
+                        let v = r.into_inner().metric_values.first().map_or(0.0, |m| m.metric_value_float);
+                        (Some((v * 1000.0).round() as i64), format!("; sluice-lag's scaler serves {v}"))
+                    }
+                    Err(status) => (None, format!("; sluice-lag's scaler: {}", status.message())),
+                }
+            }
+        };
         let r = self.engine.sync(at_ms, current as i32, metric);
         let limit = match r.limit {
             Limit::Desired => "as asked",
@@ -97,11 +167,12 @@ impl Autoscaler {
             Limit::Bounds => "at min/max",
             Limit::NoMetric => "no metric: held",
         };
-        let why = match &self.engine.last_decision {
-            Some(d) => format!("{limit}; scaler: {:?}, {}", d.rule, d.reason),
-            None => limit.to_string(),
-        };
-        Decision { replicas: r.desired.max(0) as u32, metric, recommended: r.recommended, why }
+        Decision {
+            replicas: r.desired.max(0) as u32,
+            metric,
+            recommended: r.recommended,
+            why: format!("{limit}{served}"),
+        }
     }
 }
 
@@ -127,26 +198,37 @@ mod tests {
         (0..12).map(|_| PartitionOffsets { committed: Some(0), earliest: Some(0), latest: lag_each }).collect()
     }
 
-    #[test]
-    fn the_demo_runs_the_chart_s_policy_with_its_overrides() {
-        let p = policy(&chart(), &overrides(None)).expect("the chart's values");
+    #[tokio::test]
+    async fn the_demo_runs_the_chart_s_policy_with_its_overrides() {
+        let p = policy(&chart(), &overrides(Some("kafka"))).expect("the chart's values");
         assert_eq!((p.max_replicas, p.partitions), (6, 12));
         let b = p.behavior.clone().expect("the chart's behavior");
         assert_eq!(b.scale_down.and_then(|d| d.stabilization_window_seconds), Some(30));
         let mut a = Autoscaler::new(p, 5_000);
         let t = Instant::now();
         // 12,000 records behind: 12 wanted; the chart's scale-up policies allow max(1 + 4, 2 × 1).
-        let d = a.decide(t, 1, &offsets(1_000), None);
+        let d = a.decide(t, 1, &offsets(1_000)).await;
         assert_eq!((d.recommended, d.replicas, d.metric), (12, 5, Some(12_000_000)));
         assert!(d.why.contains("rate-limited"), "{}", d.why);
     }
 
     #[test]
-    fn a_trigger_of_sluice_s_scaler_reads_sluice_lag_s_picture_and_holds_without_it() {
-        let p = policy(&chart(), &overrides(Some("offsetLag"))).expect("values");
-        let mut a = Autoscaler::new(p, 5_000);
-        let d = a.decide(Instant::now(), 2, &offsets(1_000), None);
-        assert_eq!((d.replicas, d.metric), (2, None), "no picture: unknown, the HPA holds");
+    fn the_chart_s_default_is_sluice_s_time_lag_trigger() {
+        let p = policy(&chart(), &overrides(None)).expect("the chart's values");
+        assert!(
+            matches!(p.trigger, PolicyTrigger::Sluice(sluice_scaling::rules::Trigger::TimeLag { .. })),
+            "{:?}",
+            p.trigger
+        );
+    }
+
+    #[test]
+    fn a_trigger_of_sluice_s_scaler_gets_the_metadata_the_chart_renders_and_sluice_lag_reads() {
+        let p = policy(&chart(), &overrides(Some("timeLag"))).expect("values");
+        let meta = trigger_metadata(&p, "g");
+        let spec = sluice_lag::scaler::TriggerSpec::from_metadata(&meta).expect("sluice-lag reads it");
+        assert_eq!(spec.settings.trigger, Trigger::TimeLag { target_seconds: 30.0 });
+        assert_eq!((spec.settings.hpa_tolerance, spec.max_replicas), (0.05, Some(6)));
         assert!(policy(&chart(), &overrides(Some("cpu"))).is_err());
     }
 }

@@ -123,6 +123,7 @@ async fn main() -> anyhow::Result<()> {
         ingest: Vec::new(),
         processors: Vec::new(),
         lag: None,
+        lag_scaler: None,
         next_processor: 0,
         stopping: Vec::new(),
     };
@@ -234,6 +235,9 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
     };
     let policy = autoscale::policy(&args.values, &overrides).map_err(anyhow::Error::msg)?;
     let mut scaler = Autoscaler::new(policy, (args.sync_seconds * 1000) as i64);
+    if let Some(addr) = system.lag_scaler {
+        scaler.connect(addr, &names.group).await.context("connecting to sluice-lag's scaler as KEDA would")?;
+    }
     if chaos.is_some() {
         say("== chaos soak: exactly-once outputs, no autoscaler; faults on a timetable (sluice-demo's chaos.rs)");
     } else {
@@ -354,7 +358,7 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
         if chaos.is_none() && now.duration_since(last_sync) >= Duration::from_secs(args.sync_seconds) {
             last_sync = now;
             let current = system.processors.len() as u32;
-            let d = scaler.decide(now, current, &offsets, watched.as_ref());
+            let d = scaler.decide(now, current, &offsets).await;
             if d.replicas != current {
                 let metric = d.metric.map_or("unknown".into(), |m| format!("{:.1}", m as f64 / 1000.0));
                 say(&format!("   autoscaler: lag {lag} (metric {metric}) → {} processors ({})", d.replicas, d.why));

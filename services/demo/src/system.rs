@@ -44,6 +44,8 @@ pub struct System {
     pub processors: Vec<Proc>,
     /// sluice-lag, watching the processors' group.
     pub lag: Option<Proc>,
+    /// Its KEDA external scaler's address.
+    pub lag_scaler: Option<std::net::SocketAddr>,
     pub next_processor: u32,
     /// Processes being stopped in the background (scale-down, the ingest).
     pub stopping: Vec<tokio::task::JoinHandle<()>>,
@@ -66,12 +68,15 @@ impl System {
 
     pub fn start_lag(&mut self) -> anyhow::Result<()> {
         let port = free_port()?;
+        let scaler = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()?));
+        self.lag_scaler = Some(scaler);
         let env = self.env(
             "SLUICE_LAG_",
             &[
                 ("BROKERS", self.args.brokers.clone()),
                 ("GROUPS", self.names.group.clone()),
                 ("ADMIN_LISTEN", format!("127.0.0.1:{port}")),
+                ("SCALER_LISTEN", scaler.to_string()),
                 ("POLL_INTERVAL_MS", "1000".into()),
                 ("RATE_WINDOW_MS", "5000".into()),
             ],

@@ -73,6 +73,13 @@ pub struct SimulateArgs {
     /// prometheus:FILE (a query_range export of a produce rate) | demo:FILE (a sluice-demo report).
     #[arg(long)]
     pub trace: String,
+    /// Stretches the trace's clock (10: a 6 s burst lasts 60 s), to replay a short recording at
+    /// a production pace.
+    #[arg(long, default_value_t = 1.0)]
+    pub stretch: f64,
+    /// Multiplies the trace's produce rate.
+    #[arg(long, default_value_t = 1.0)]
+    pub rate_factor: f64,
     /// Records/s one processor consumes (full mode's max sustained rate on 2 cores: 41,978).
     #[arg(long, default_value_t = 40_000.0)]
     pub per_pod_rate: f64,
@@ -106,7 +113,13 @@ fn policies(args: &SimulateArgs) -> Result<String, String> {
         merge(&mut v, parse_yaml(file, &text(file)?)?);
         named.push((file.clone(), v));
     }
-    let trace = Trace::parse(&args.trace, text)?;
+    let mut trace = Trace::parse(&args.trace, text)?;
+    if !(args.stretch > 0.0 && args.rate_factor > 0.0) {
+        return Err("--stretch and --rate-factor must be above 0".into());
+    }
+    if args.stretch != 1.0 || args.rate_factor != 1.0 {
+        trace = trace.scaled(args.stretch, args.rate_factor);
+    }
     let model = Model {
         per_pod_rate: args.per_pod_rate,
         rebalance_pause_s: args.rebalance_pause,
@@ -122,10 +135,30 @@ fn policies(args: &SimulateArgs) -> Result<String, String> {
         runs.push((summary, samples));
     }
     if let Some(path) = &args.json {
-        let out = serde_json::json!({ "model": model, "runs": runs.iter().map(|(s, samples)| serde_json::json!({"summary": s, "samples": samples})).collect::<Vec<_>>() });
+        let out = serde_json::json!({
+            "trace": trace.name,
+            "model": model,
+            "columns": ["t_s", "produce_rate", "consume_rate", "lag", "time_lag_s", "desired", "ready", "paused"],
+            "runs": runs.iter().map(|(s, samples)| serde_json::json!({"summary": s, "samples": samples.iter().map(row).collect::<Vec<_>>()})).collect::<Vec<_>>(),
+        });
         std::fs::write(path, out.to_string()).map_err(|e| format!("writing {path}: {e}"))?;
     }
     Ok(report(&trace, &model, &runs))
+}
+
+/// One second as a compact row (`columns` in the JSON), rounded to what a plot shows.
+fn row(s: &Sample) -> serde_json::Value {
+    let r = |x: f64| (x * 10.0).round() / 10.0;
+    serde_json::json!([
+        s.t_s,
+        r(s.produce_rate),
+        r(s.consume_rate),
+        r(s.lag),
+        r(s.time_lag_s),
+        s.desired,
+        s.ready,
+        s.paused
+    ])
 }
 
 fn report(trace: &Trace, model: &Model, runs: &[(Summary, Vec<Sample>)]) -> String {

@@ -29,6 +29,17 @@ impl Trace {
         self.produce.len() as f64 * self.step_s
     }
 
+    /// The same trace on a clock `stretch` times slower, its rates `factor` times higher
+    /// (its initial lag with them).
+    pub fn scaled(self, stretch: f64, factor: f64) -> Self {
+        Self {
+            name: format!("{} (time ×{stretch}, rate ×{factor})", self.name),
+            step_s: self.step_s * stretch,
+            produce: self.produce.iter().map(|r| r * factor).collect(),
+            initial_lag: self.initial_lag * factor * stretch,
+        }
+    }
+
     /// The produce rate at `t_s`.
     pub fn rate_at(&self, t_s: f64) -> f64 {
         let i = (t_s / self.step_s).floor().max(0.0) as usize;
@@ -208,5 +219,7 @@ mod tests {
         let json = r#"{"timeline":[{"t":0.0,"records_produced":0,"lag":50},{"t":2.0,"records_produced":400,"lag":10},{"t":3.0,"records_produced":700,"lag":null}]}"#;
         let t = Trace::parse("demo:r.json", |_| Ok(json.to_string())).expect("a trace");
         assert_eq!((t.produce.clone(), t.initial_lag), (vec![200.0, 200.0, 300.0], 50.0));
+        let s = t.scaled(10.0, 2.0);
+        assert_eq!((s.length_s(), s.rate_at(25.0), s.initial_lag), (30.0, 600.0, 1_000.0));
     }
 }

@@ -19,8 +19,9 @@ use tonic::{Request, Response, Status};
 use super::{Scalers, TriggerSpec};
 use crate::picture::Picture;
 
+/// KEDA's messages and service (the client too: the demo calls the scaler the way KEDA does).
 #[allow(clippy::all, missing_debug_implementations, unused_qualifications)]
-mod pb {
+pub mod pb {
     tonic::include_proto!("externalscaler");
 }
 
