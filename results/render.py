@@ -562,7 +562,14 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     parser.add_argument("--results", default=here, help="folder of result JSON files (default: this folder)")
     parser.add_argument("--check", action="store_true", help="render into a temporary copy; fail on any error")
+    parser.add_argument("--sim-plot", nargs=2, metavar=("SIMULATION.json", "OUT.png"),
+                        help="plot one `sluice-lag simulate --json` run instead")
     args = parser.parse_args()
+    if args.sim_plot:
+        with open(args.sim_plot[0]) as f:
+            plot_autoscaling(json.load(f), args.sim_plot[1])
+        print(f"wrote {args.sim_plot[1]}")
+        return
     readme = os.path.join(here, "README.md")
     if args.check:
         with tempfile.TemporaryDirectory() as tmp:

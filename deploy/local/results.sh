@@ -8,6 +8,8 @@
 #                                      render DIR's results into a temporary copy (CI smoke)
 #   deploy/local/results.sh --demo-plot REPORT.json OUT.png
 #                                      plot a sluice-demo report (lag, processors, throughput)
+#   deploy/local/results.sh --sim-plot SIMULATION.json OUT.png
+#                                      plot a `sluice-lag simulate --json` run (every policy side by side)
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$HERE/../.." && pwd)
@@ -34,5 +36,9 @@ fi
 if [[ ${1:-} == --demo-plot ]]; then
   shift
   exec "$PY" "$REPO_ROOT/results/plot_demo.py" "$@"
+fi
+if [[ ${1:-} == --sim-plot ]]; then
+  shift
+  exec "$PY" "$REPO_ROOT/results/render.py" --sim-plot "$@"
 fi
 exec "$PY" "$REPO_ROOT/results/render.py" "$@"

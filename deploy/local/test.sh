@@ -159,6 +159,10 @@ part_static() {
     die "sluice-core must do no IO, but depends on: $(tr '\n' ' ' <<<"$io")"
   fi
   echo "sluice-core depends on no IO crate"
+  if io=$(cargo tree --locked -p sluice-scaling -e normal --prefix none | grep -E '^(tokio|rdkafka|redis|tonic|hyper|axum|sluice-[a-z-]+) ' | grep -v '^sluice-scaling '); then
+    die "sluice-scaling (the autoscaling engine) must do no IO and stand alone, but depends on: $(tr '\n' ' ' <<<"$io")"
+  fi
+  echo "sluice-scaling depends on no IO crate and no other Sluice crate"
   processor_deps=$(cargo tree --locked -p sluice-processor -e normal --prefix none)
   if sched=$(grep -E '^(tokio-cron-scheduler|sluice-scheduler|cron|croner) ' <<<"$processor_deps"); then
     die "the processor must contain no scheduled work, but depends on: $(tr '\n' ' ' <<<"$sched")"
@@ -286,6 +290,13 @@ part_bench_smoke() {
   bench contention --seconds 0.2 --max-p99-us 2000
   bench barrier --base-ms 5 --slow-factor 20 --window-seconds 2 --warmup-seconds 0.5 --min-utilization 0.8
   bench lag-scale --topics 2 --groups-per-topic 10 --polls 2 --poll-interval-ms 2000 --max-poll-ms 2000
+  # The autoscaling comparison's command (results/README.md), on a shorter synthetic trace.
+  cargo run --locked -q -p sluice-lag -- simulate --values helm/sluice/values.yaml \
+    --compare results/autoscaling/plain-keda.yaml --trace synthetic:base=20000,burst=150000@60+60,length=300 \
+    --json "$out/$(date -u +%Y%m%dT%H%M%SZ)-autoscaling.json" >/dev/null 2>"$out/stderr" || {
+    tail -n 25 "$out/stderr" >&2
+    die "benchmark smoke failed: sluice-lag simulate"
+  }
   say "rendering the smoke results (tables and plots, into a temporary copy)"
   "$HERE/results.sh" --check --results "$out"
   rm -rf "$out"
