@@ -147,17 +147,16 @@ pub fn group_input(g: &GroupPicture, at_ms: i64, count_uncommitted: bool) -> Res
         .partitions
         .iter()
         .map(|p| {
-            let lag = match (p.lag, p.log) {
-                (Some(Lag::Behind { records, .. }), _) => Some(records),
-                (Some(Lag::Uncommitted), Some(log)) => Some(if count_uncommitted { log.end - log.start } else { 0 }),
-                _ => None,
+            // Where the group never committed: nothing to consume if the log is empty or the
+            // group would start at its end (`latest`); else the whole log, whose age sluice-lag
+            // does not read (unknown for a time-lag trigger, never zero).
+            let (lag, time_lag_ms) = match (p.lag, p.log) {
+                (Some(Lag::Behind { records, .. }), _) => (Some(records), p.time_lag_ms),
+                (Some(Lag::Uncommitted), Some(log)) if log.end <= log.start || !count_uncommitted => (Some(0), Some(0)),
+                (Some(Lag::Uncommitted), Some(log)) => (Some(log.end - log.start), p.time_lag_ms),
+                _ => (None, None),
             };
-            PartitionInput {
-                lag,
-                time_lag_ms: p.time_lag_ms,
-                produce_rate: p.produce_rate,
-                stalled: p.status.status == Status::Stall,
-            }
+            PartitionInput { lag, time_lag_ms, produce_rate: p.produce_rate, stalled: p.status.status == Status::Stall }
         })
         .collect();
     let rates: Vec<f64> = g.partitions.iter().filter_map(|p| p.consume_rate).collect();

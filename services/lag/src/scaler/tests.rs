@@ -68,7 +68,7 @@ fn the_picture_maps_to_the_scaler_input_with_explicit_states() {
         1_000,
         vec![
             partition(0, Some(Lag::Behind { records: 300, lost: 0, committed: 9_700 }), Status::Ok),
-            partition(1, Some(Lag::Uncommitted), Status::Ok),
+            PartitionPicture { time_lag_ms: None, ..partition(1, Some(Lag::Uncommitted), Status::Ok) },
             partition(2, Some(Lag::Behind { records: 800, lost: 0, committed: 9_200 }), Status::Stall),
         ],
     );
@@ -78,8 +78,22 @@ fn the_picture_maps_to_the_scaler_input_with_explicit_states() {
     assert_eq!(lags, vec![Some(300), Some(10_000), Some(800)], "uncommitted with earliest: the whole log");
     assert_eq!(input.partitions.iter().filter(|p| p.stalled).count(), 1);
     assert_eq!((input.consume_rate, input.members), (Some(120.0), Some(2)));
+    assert_eq!(input.partitions[1].time_lag_ms, None, "its age is not read: unknown, not zero");
     let latest = group_input(g, 1_000, false).expect("readable");
-    assert_eq!(latest.partitions[1].lag, Some(0), "uncommitted with latest: nothing");
+    assert_eq!(
+        (latest.partitions[1].lag, latest.partitions[1].time_lag_ms),
+        (Some(0), Some(0)),
+        "uncommitted with latest: nothing"
+    );
+    let mut empty = partition(3, Some(Lag::Uncommitted), Status::Ok);
+    empty.log = Some(Log { start: 40, end: 40, stable: 40 });
+    let p = picture(1_000, vec![empty]);
+    let input = group_input(&p.groups[0], 1_000, true).expect("readable");
+    assert_eq!(
+        (input.partitions[0].lag, input.partitions[0].time_lag_ms),
+        (Some(0), Some(0)),
+        "an empty partition never committed: nothing behind"
+    );
     let unread = picture(1_000, vec![partition(0, None, Status::Err)]);
     let input = group_input(&unread.groups[0], 1_000, true).expect("a group");
     assert_eq!(input.partitions[0].lag, None, "unknown stays unknown");
