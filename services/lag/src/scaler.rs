@@ -11,7 +11,7 @@
 //! | `targetSeconds` | `timeLag`: the oldest unconsumed record's age; `drainTime`: the backlog's drain time | required for those |
 //! | `perPodRate` | records/s one pod consumes until the group's rate is learned | 1000 |
 //! | `minReplicas`, `maxReplicas` | the ScaledObject's bounds | 1, the partition count |
-//! | `hpaTolerance` | the HPA's scale-up tolerance | 0.1 |
+//! | `hpaTolerance` | the largest scale-up tolerance the HPA may apply (the chart: the larger of the behavior's and 0.1) | 0.1 |
 //! | `minCooldownSeconds` | the shortest hold after a step | 15 |
 //! | `activationLagThreshold` | active (for scale from zero) above this lag | 0 |
 //! | `offsetResetPolicy` | `earliest`: a partition without a committed offset counts its whole log; `latest`: none of it | `earliest` |
@@ -205,6 +205,18 @@ impl Scalers {
     /// The decision for `object` (`namespace/name`) with `spec`, from `picture`: made once per
     /// poll; a picture older than `stale_ms` is unknown input.
     pub fn decide(&self, object: &str, spec: &TriggerSpec, picture: &Picture, now_ms: i64, stale_ms: i64) -> Decision {
+        self.decide_fresh(object, spec, picture, now_ms, stale_ms).0
+    }
+
+    /// [`Scalers::decide`], and whether the decision is new (not this poll's, served again).
+    pub fn decide_fresh(
+        &self,
+        object: &str,
+        spec: &TriggerSpec,
+        picture: &Picture,
+        now_ms: i64,
+        stale_ms: i64,
+    ) -> (Decision, bool) {
         let mut entries = self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let entry = entries.entry(object.to_string()).or_insert_with(|| Entry {
             spec: spec.clone(),
@@ -224,7 +236,7 @@ impl Scalers {
         if entry.decided_at == Some(picture.at_ms)
             && let Some(last) = entry.decisions.back()
         {
-            return last.clone();
+            return (last.clone(), false);
         }
         let input = if now_ms - picture.at_ms > stale_ms {
             Err(format!("the newest complete poll is {} ms old", now_ms - picture.at_ms))
@@ -249,7 +261,7 @@ impl Scalers {
             entry.decisions.pop_front();
         }
         entry.decisions.push_back(decision.clone());
-        decision
+        (decision, true)
     }
 
     /// Every ScaledObject's recent decisions, newest last.

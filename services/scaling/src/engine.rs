@@ -36,7 +36,7 @@ impl Engine {
                     .as_ref()
                     .and_then(|b| b.scale_up.as_ref())
                     .and_then(|u| u.tolerance)
-                    .map_or(0.1, Tolerance::as_f64);
+                    .map_or(0.1, |t| Tolerance::as_f64(t).max(0.1));
                 let settings = Settings {
                     trigger: *trigger,
                     min_replicas: policy.min_replicas.max(0) as u32,

@@ -128,7 +128,7 @@ impl Hpa {
             return SyncResult { recommended: 0, desired: 0, limit: Limit::Bounds };
         }
         if current > self.spec.max_replicas || current < min {
-            let desired = current.clamp(min, self.spec.max_replicas);
+            let desired = current.clamp(min, self.spec.max_replicas.max(min));
             self.store_event(now, current, desired);
             return SyncResult { recommended: desired, desired, limit: Limit::Bounds };
         }

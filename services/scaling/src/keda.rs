@@ -234,7 +234,8 @@ impl OperatorState {
             return None;
         }
         let since = self.last_active_ms.unwrap_or(i64::MIN / 2);
-        (now_ms - since >= op.cooldown_period_s * 1000).then_some(0)
+        // KEDA: `lastActive + cooldown` strictly before now.
+        (now_ms - since > op.cooldown_period_s * 1000).then_some(0)
     }
 }
 
@@ -305,7 +306,8 @@ mod tests {
         let mut s = OperatorState::default();
         assert_eq!(s.poll(&op, 0, 2, true), None);
         assert_eq!(s.poll(&op, 299_000, 2, false), None);
-        assert_eq!(s.poll(&op, 300_000, 2, false), Some(0));
+        assert_eq!(s.poll(&op, 300_000, 2, false), None, "not strictly past the cooldown");
+        assert_eq!(s.poll(&op, 300_001, 2, false), Some(0));
         assert_eq!(s.poll(&op, 330_000, 0, true), Some(1));
         let f = Fallback { failure_threshold: 3, replicas: 4, behavior: FallbackBehavior::CurrentReplicasIfHigher };
         assert!((0..3).all(|_| !s.read(false, Some(&f))), "three failures: not yet");

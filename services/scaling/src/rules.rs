@@ -145,6 +145,9 @@ impl Decision {
     }
 }
 
+/// A capacity sample needs a backlog of at least this many seconds of consumption.
+pub const BEHIND_S: f64 = 5.0;
+
 /// The scaler's memory for one group.
 #[derive(Debug, Clone)]
 pub struct Scaler {
@@ -198,7 +201,7 @@ impl Scaler {
         d.per_pod_rate = self.per_pod_rate();
         if let Some(held) = self.hold(input, &mut d) {
             d.replicas = Some(held);
-            d.metric = Some(f64::from(held));
+            d.metric = Some(self.served(held, input));
             return d;
         }
         let (raw, rule) = self.formula(&sums);
@@ -261,20 +264,23 @@ impl Scaler {
         snapped.clamp(lo, ceiling.max(lo))
     }
 
-    /// The metric for `replicas`: more when the step from the members is within the HPA's
-    /// tolerance, so it is not ignored (the next useful count, or past max, which the HPA
-    /// clamps back to max).
+    /// The metric for `replicas`. A step up from the members small enough to sit inside the
+    /// HPA's tolerance would be ignored, so it is served as more: past `max` when `replicas` is
+    /// `max` (the HPA clamps it back to exactly `max`), else the next useful count within
+    /// `max`. When neither lands exactly (`max` above the partitions), `replicas` as is: the
+    /// HPA holds until its tolerance lets the step through.
     fn served(&self, replicas: u32, input: &GroupInput) -> f64 {
         let Some(current) = input.members.filter(|&m| m > 0) else { return f64::from(replicas) };
-        if replicas <= current || f64::from(replicas) / f64::from(current) > 1.0 + self.settings.hpa_tolerance {
+        let tolerance = self.settings.hpa_tolerance;
+        if replicas <= current || f64::from(replicas) / f64::from(current) > 1.0 + tolerance {
             return f64::from(replicas);
         }
-        let partitions = input.partitions.len() as u32;
-        let above = partitions::next_above(partitions, replicas).filter(|&n| n <= self.settings.max_replicas);
-        match above {
-            Some(n) => f64::from(n),
-            None => (f64::from(current) * (1.0 + self.settings.hpa_tolerance)).floor() + 1.0,
+        let max = self.settings.max_replicas;
+        if replicas == max {
+            return f64::from(replicas).max((f64::from(current) * (1.0 + tolerance)).floor() + 1.0);
         }
+        let partitions = input.partitions.len() as u32;
+        partitions::next_above(partitions, replicas).filter(|&n| n <= max).map_or(f64::from(replicas), f64::from)
     }
 
     /// Holds the last decision while the group rebalances and for the cooldown after a step.
@@ -299,26 +305,35 @@ impl Scaler {
         None
     }
 
-    /// Learns the per-pod rate from polls where every member had work through a whole rate
-    /// window of unchanged membership: the group's consume rate over its members, smoothed,
-    /// within the bounds.
+    /// Learns the per-pod rate. A sample of capacity needs the group to be behind, not just
+    /// committing (a committed offset trails what was consumed, so a little lag is always
+    /// there): the membership unchanged for a whole rate window (the consume rate averages
+    /// over it), every consuming member with lagging partitions, and a backlog of at least
+    /// [`BEHIND_S`] seconds of what the group consumes. Such samples are smoothed. Other polls
+    /// only raise the rate to what each member consumed (a floor: capacity is at least that).
+    /// Always within `[per_pod_rate ÷ f, per_pod_rate × f]`.
     fn learn(&mut self, input: &GroupInput, s: &Sums) {
         let (Some(rate), Some(members)) = (input.consume_rate, input.members) else { return };
         let settled = input.stable_for_ms.is_some_and(|ms| ms >= self.settings.rate_window_ms);
-        let busy = members > 0 && !input.rebalancing && settled && s.lag > 0 && s.stalled == 0;
-        let saturated = input.partitions.iter().filter(|p| p.lag.unwrap_or(0) > 0).count() as u32
-            >= members.min(input.partitions.len() as u32);
-        if !busy || !saturated || rate <= 0.0 {
+        if members == 0 || input.rebalancing || !settled || rate <= 0.0 || s.stalled > 0 {
             return;
         }
-        let sample = rate / f64::from(members);
+        // Members past the partition count hold nothing and consume nothing.
+        let consuming = members.min(input.partitions.len() as u32).max(1);
+        let observed = rate / f64::from(consuming);
         let base = self.settings.per_pod_rate;
         let f = self.settings.rate_bounds_factor.max(1.0);
-        let sample = sample.clamp(base / f, base * f);
-        self.learned_rate = Some(match self.learned_rate {
-            None => sample,
-            Some(old) => old * 0.7 + sample * 0.3,
-        });
+        let lagging = input.partitions.iter().filter(|p| p.lag.unwrap_or(0) > 0).count() as u32;
+        let behind = lagging >= consuming && s.lag as f64 >= rate * BEHIND_S;
+        if behind {
+            let sample = observed.clamp(base / f, base * f);
+            self.learned_rate = Some(match self.learned_rate {
+                None => sample,
+                Some(old) => old * 0.7 + sample * 0.3,
+            });
+        } else if observed > self.per_pod_rate() {
+            self.learned_rate = Some(observed.min(base * f));
+        }
     }
 
     /// The last decision (for the scaler's `IsActive` and its JSON).

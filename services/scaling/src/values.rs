@@ -33,6 +33,8 @@ pub struct Policy {
     pub polling_interval_s: i64,
     pub cooldown_period_s: i64,
     pub activation_lag_threshold: i64,
+    /// `offsetResetPolicy: earliest`: a partition without a committed offset counts its log.
+    pub offset_reset_earliest: bool,
     pub fallback: Option<Fallback>,
     pub behavior: Option<BehaviorSpec>,
     /// Sluice's scaler: records/s per pod until learned.
@@ -165,6 +167,7 @@ pub fn policy(name: &str, values: &Value) -> Result<Policy, String> {
         polling_interval_s: a.polling_interval.max(1),
         cooldown_period_s: a.cooldown_period,
         activation_lag_threshold: a.activation_lag_threshold,
+        offset_reset_earliest: a.offset_reset_policy == ResetPolicy::Earliest,
         fallback: a.fallback,
         behavior: a.behavior,
         per_pod_rate: a.per_pod_rate,

@@ -67,7 +67,8 @@ impl ScalerMetrics {
         })
     }
 
-    fn record(&self, object: &str, group: &str, d: &Decision) {
+    /// Sets the gauges; counts the decision when it is new (KEDA asks several times a poll).
+    fn record(&self, object: &str, group: &str, d: &Decision, fresh: bool) {
         let labels = [object, group];
         match (d.replicas, d.metric) {
             (Some(r), Some(m)) => {
@@ -80,8 +81,10 @@ impl ScalerMetrics {
             }
         }
         self.excluded.with_label_values(&labels).set(d.stalled_lag as f64);
-        let rule = serde_json::to_value(d.rule).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
-        self.decisions.with_label_values(&[object, group, &rule]).inc();
+        if fresh {
+            let rule = serde_json::to_value(d.rule).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+            self.decisions.with_label_values(&[object, group, &rule]).inc();
+        }
     }
 }
 
@@ -107,8 +110,9 @@ impl Service {
     fn decide(&self, r: &ScaledObjectRef) -> Result<(TriggerSpec, Decision), Status> {
         let spec = Self::spec(r)?;
         let picture = self.picture.borrow().clone();
-        let decision = self.scalers.decide(&object(r), &spec, &picture, sluice_core::clock::now_ms(), self.stale_ms);
-        self.metrics.record(&object(r), &spec.group, &decision);
+        let (decision, fresh) =
+            self.scalers.decide_fresh(&object(r), &spec, &picture, sluice_core::clock::now_ms(), self.stale_ms);
+        self.metrics.record(&object(r), &spec.group, &decision, fresh);
         Ok((spec, decision))
     }
 

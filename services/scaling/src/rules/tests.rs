@@ -120,24 +120,51 @@ fn a_step_inside_the_hpa_tolerance_is_served_past_it() {
     // 48 partitions, 15 members, 16 wanted (16/15 within 10 %): served as 24, the next useful count.
     let d = s.decide(&group(0, 15, &[333; 48]));
     assert_eq!((d.replicas, d.metric), (Some(16), Some(24.0)));
+    // max 20 of 48 partitions: 24 is past max and 17 relieves no one; 16 is served as is.
+    let mut s = Scaler::new(Settings { max_replicas: 20, ..settings(Trigger::OffsetLag { lag_threshold: 1000 }) });
+    let d = s.decide(&group(0, 15, &[333; 48]));
+    assert_eq!((d.replicas, d.metric), (Some(16), Some(16.0)));
+    // A hold still serves past the tolerance.
+    let mut s = Scaler::new(settings(Trigger::OffsetLag { lag_threshold: 1000 }));
+    s.decide(&group(0, 11, &[5_000; 12]));
+    let mut g = group(5_000, 11, &[5_000; 12]);
+    g.rebalancing = true;
+    let d = s.decide(&g);
+    assert_eq!((d.rule, d.metric), (Rule::Rebalancing, Some(13.0)));
 }
 
 #[test]
 fn the_per_pod_rate_is_learned_only_when_every_member_has_work_and_stays_within_bounds() {
     let mut s = Scaler::new(settings(Trigger::DrainTime { target_seconds: 60.0 }));
-    let mut g = group(0, 4, &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 100, 100]);
-    g.consume_rate = Some(4_000.0);
+    let mut g = group(0, 4, &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 90_000, 90_000]);
+    g.consume_rate = Some(1_600.0);
     s.decide(&g);
-    assert_eq!(s.per_pod_rate(), 500.0, "two busy partitions for four members: not saturated");
-    let mut g = group(5_000, 4, &[100; 12]);
+    assert_eq!(
+        s.per_pod_rate(),
+        500.0,
+        "a big backlog on two partitions of four members' twelve: not every member busy"
+    );
+    // Steady traffic: every partition trails its commits a little, the pods are mostly idle.
+    let mut g = group(5_000, 4, &[50; 12]);
+    g.consume_rate = Some(1_200.0);
+    s.decide(&g);
+    assert_eq!(s.per_pod_rate(), 500.0, "600 records behind is half a second of work: not a capacity sample");
+    let mut g = group(10_000, 4, &[2_000; 12]);
     g.consume_rate = Some(4_000.0);
     g.stable_for_ms = Some(30_000);
     s.decide(&g);
     assert_eq!(s.per_pod_rate(), 500.0, "members changed within the rate window: its average is mixed");
     g.stable_for_ms = Some(60_000);
     s.decide(&g);
-    assert_eq!(s.per_pod_rate(), 1_000.0);
+    assert_eq!(s.per_pod_rate(), 1_000.0, "24,000 behind, 6 s of work at 4,000/s: a sample");
     g.consume_rate = Some(100_000.0);
+    g.partitions.iter_mut().for_each(|p| p.lag = Some(50_000));
     s.decide(&g);
     assert_eq!(s.per_pod_rate(), 1_000.0 * 0.7 + 2_000.0 * 0.3, "a sample is bounded at 4 × the setting");
+    // Not behind, but members consumed more than believed: a floor.
+    let mut s = Scaler::new(settings(Trigger::DrainTime { target_seconds: 60.0 }));
+    let mut g = group(0, 2, &[10; 12]);
+    g.consume_rate = Some(1_600.0);
+    s.decide(&g);
+    assert_eq!(s.per_pod_rate(), 800.0, "two members consumed 800/s each");
 }

@@ -25,6 +25,7 @@ fn policy(trigger: PolicyTrigger, behavior: Option<BehaviorSpec>) -> Policy {
         polling_interval_s: 15,
         cooldown_period_s: 300,
         activation_lag_threshold: 0,
+        offset_reset_earliest: true,
         fallback: None,
         behavior,
         per_pod_rate: 1_000.0,
