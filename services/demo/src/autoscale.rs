@@ -218,11 +218,7 @@ mod tests {
     #[test]
     fn the_chart_s_default_is_sluice_s_time_lag_trigger() {
         let p = policy(&chart(), &overrides(None)).expect("the chart's values");
-        assert!(
-            matches!(p.trigger, PolicyTrigger::Sluice(sluice_scaling::rules::Trigger::TimeLag { .. })),
-            "{:?}",
-            p.trigger
-        );
+        assert!(matches!(p.trigger, PolicyTrigger::Sluice(Trigger::TimeLag { .. })), "{:?}", p.trigger);
     }
 
     #[test]

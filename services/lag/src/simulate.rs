@@ -170,7 +170,8 @@ fn report(trace: &Trace, model: &Model, runs: &[(Summary, Vec<Sample>)]) -> Stri
         model.rebalance_pause_s,
         model.startup_s
     );
-    let rows: [(&str, fn(&Summary) -> String); 7] = [
+    type Row = (&'static str, fn(&Summary) -> String);
+    let rows: [Row; 7] = [
         ("peak lag (records)", |s| format!("{:.0}", s.peak_lag)),
         ("peak time lag (s)", |s| format!("{:.1}", s.peak_time_lag_s)),
         ("time over objective (s)", |s| format!("{:.0} (> {:.0} s)", s.seconds_over_objective, s.objective_s)),
