@@ -82,13 +82,10 @@ pub fn trigger_metadata(policy: &Policy, group: &str) -> HashMap<String, String>
         }
         PolicyTrigger::Kafka(_) => {}
     }
-    // As the chart renders it: the largest tolerance the HPA may apply.
-    let tolerance = policy.behavior.as_ref().and_then(|b| b.scale_up.as_ref()).and_then(|u| u.tolerance);
-    let tolerance = tolerance.map_or(0.1, |t| t.as_f64().max(0.1));
     set("perPodRate", policy.per_pod_rate.to_string());
     set("minReplicas", policy.min_replicas.to_string());
     set("maxReplicas", policy.max_replicas.to_string());
-    set("hpaTolerance", tolerance.to_string());
+    set("hpaTolerance", policy.hpa_tolerance().to_string());
     set("minCooldownSeconds", policy.min_cooldown_s.to_string());
     set("activationLagThreshold", policy.activation_lag_threshold.to_string());
     set("offsetResetPolicy", if policy.offset_reset_earliest { "earliest" } else { "latest" }.into());

@@ -139,10 +139,7 @@ pub fn group_input(g: &GroupPicture, at_ms: i64, count_uncommitted: bool) -> Res
     if let Some(e) = &g.error {
         return Err(format!("group {}: {e}", g.group));
     }
-    let rebalancing = g
-        .state
-        .as_deref()
-        .is_some_and(|s| matches!(s, "PreparingRebalance" | "CompletingRebalance" | "Assigning" | "Reconciling"));
+    let rebalancing = g.state.as_deref().is_some_and(crate::model::group::rebalancing);
     let partitions = g
         .partitions
         .iter()

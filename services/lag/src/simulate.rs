@@ -30,8 +30,7 @@ struct KedaKafkaCase {
 }
 
 fn read<T: serde::de::DeserializeOwned>(path: &str) -> Result<T, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("reading {path}: {e}"))?;
-    serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))
+    serde_json::from_str(&text(path)?).map_err(|e| format!("{path}: {e}"))
 }
 
 /// Runs `simulate ARGS…` and returns what to print.

@@ -2,7 +2,7 @@
 //! trigger, or Sluice's scaler through KEDA's `external` trigger) and the HPA that syncs on it.
 //! The simulator and the demo drive the same engine, so they speak the chart's policy.
 
-use crate::behavior::{Behavior, Tolerance};
+use crate::behavior::Behavior;
 use crate::hpa::{ControllerFlags, Hpa, HpaSpec, SyncResult, Target};
 use crate::keda::{KafkaScaler, PartitionOffsets};
 use crate::rules::{Decision, GroupInput, Scaler, Settings};
@@ -31,12 +31,6 @@ impl Engine {
         let (target, decider) = match &policy.trigger {
             PolicyTrigger::Kafka(t) => (t.lag_threshold.max(1) * 1000, Decider::Kafka(KafkaScaler::new(t.clone()))),
             PolicyTrigger::Sluice(trigger) => {
-                let tolerance = policy
-                    .behavior
-                    .as_ref()
-                    .and_then(|b| b.scale_up.as_ref())
-                    .and_then(|u| u.tolerance)
-                    .map_or(0.1, |t| Tolerance::as_f64(t).max(0.1));
                 let settings = Settings {
                     trigger: *trigger,
                     min_replicas: policy.min_replicas.max(0) as u32,
@@ -44,7 +38,7 @@ impl Engine {
                     per_pod_rate: policy.per_pod_rate,
                     rate_bounds_factor: 4.0,
                     min_cooldown_ms: (policy.min_cooldown_s * 1000.0) as i64,
-                    hpa_tolerance: tolerance,
+                    hpa_tolerance: policy.hpa_tolerance(),
                     rate_window_ms: 60_000,
                 };
                 // Sluice's scaler serves replicas: AverageValue 1 each.

@@ -202,11 +202,12 @@ impl Hpa {
         let stabilized = self.stabilize(now, current, recommended, up_window, down_window);
         let (min, max) = (self.spec.min_replicas, self.spec.max_replicas);
         let (desired, limit) = if stabilized > current {
-            let limit = scale_up_limit(now, current, &self.up_events, &self.down_events, &b.scale_up).max(current);
+            let limit = policy_limit(now, current, &self.up_events, &self.down_events, &b.scale_up, true).max(current);
             let (allowed, why) = if max > limit { (limit, Limit::Rate) } else { (max, Limit::Bounds) };
             if stabilized > allowed { (allowed, why) } else { (stabilized, Limit::Desired) }
         } else if stabilized < current {
-            let limit = scale_down_limit(now, current, &self.up_events, &self.down_events, &b.scale_down).min(current);
+            let limit =
+                policy_limit(now, current, &self.up_events, &self.down_events, &b.scale_down, false).min(current);
             let (allowed, why) = if min < limit { (limit, Limit::Rate) } else { (min, Limit::Bounds) };
             if stabilized < allowed { (allowed, why) } else { (stabilized, Limit::Desired) }
         } else {
@@ -276,32 +277,20 @@ fn changed_in_period(now: i64, period_seconds: i32, events: &[Stamped]) -> i32 {
     events.iter().filter(|e| e.at > cutoff).map(|e| e.value).sum()
 }
 
-fn scale_up_limit(now: i64, current: i32, up: &[Stamped], down: &[Stamped], rules: &Rules) -> i32 {
-    let mut result = match rules.select {
-        SelectPolicy::Disabled => return current,
-        SelectPolicy::Min => i32::MAX,
-        SelectPolicy::Max => i32::MIN,
-    };
-    for p in &rules.policies {
-        let start =
-            current - changed_in_period(now, p.period_seconds, up) + changed_in_period(now, p.period_seconds, down);
-        let proposed = up_proposal(p, start);
-        result = if rules.select == SelectPolicy::Min { result.min(proposed) } else { result.max(proposed) };
+/// The replica count the direction's policies allow from `current`: each policy from the
+/// count at the start of its period, and `selectPolicy` Max takes the largest change (the
+/// highest count going up, the lowest going down), Min the smallest; Disabled none.
+fn policy_limit(now: i64, current: i32, up: &[Stamped], down: &[Stamped], rules: &Rules, going_up: bool) -> i32 {
+    if rules.select == SelectPolicy::Disabled {
+        return current;
     }
-    result
-}
-
-fn scale_down_limit(now: i64, current: i32, up: &[Stamped], down: &[Stamped], rules: &Rules) -> i32 {
-    let mut result = match rules.select {
-        SelectPolicy::Disabled => return current,
-        SelectPolicy::Min => i32::MIN,
-        SelectPolicy::Max => i32::MAX,
-    };
+    let highest = (rules.select == SelectPolicy::Max) == going_up;
+    let mut result = if highest { i32::MIN } else { i32::MAX };
     for p in &rules.policies {
         let start =
             current - changed_in_period(now, p.period_seconds, up) + changed_in_period(now, p.period_seconds, down);
-        let proposed = down_proposal(p, start);
-        result = if rules.select == SelectPolicy::Min { result.max(proposed) } else { result.min(proposed) };
+        let proposed = if going_up { up_proposal(p, start) } else { down_proposal(p, start) };
+        result = if highest { result.max(proposed) } else { result.min(proposed) };
     }
     result
 }

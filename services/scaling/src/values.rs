@@ -42,6 +42,16 @@ pub struct Policy {
     pub min_cooldown_s: f64,
 }
 
+impl Policy {
+    /// The largest scale-up tolerance the HPA may apply, as the chart renders it for Sluice's
+    /// scaler: the behavior's where the cluster honours a per-HPA tolerance, else the
+    /// controller's default 0.1, so the larger of the two.
+    pub fn hpa_tolerance(&self) -> f64 {
+        let given = self.behavior.as_ref().and_then(|b| b.scale_up.as_ref()).and_then(|u| u.tolerance);
+        given.map_or(0.1, |t| t.as_f64().max(0.1))
+    }
+}
+
 /// Merges `over` into `base` like helm: maps deep, anything else replaced.
 pub fn merge(base: &mut Value, over: Value) {
     match (base, over) {

@@ -48,7 +48,8 @@ pub struct GroupPoll<'a> {
     pub lag: Option<i64>,
 }
 
-fn rebalancing(state: &str) -> bool {
+/// Whether `state` is a group state in which a rebalance is under way.
+pub fn rebalancing(state: &str) -> bool {
     matches!(state, "PreparingRebalance" | "CompletingRebalance" | "Assigning" | "Reconciling")
 }
 
