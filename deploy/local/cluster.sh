@@ -1,22 +1,30 @@
 #!/usr/bin/env bash
-# A Kubernetes control plane on 127.0.0.1 for the chart's tests (issue 18), from the released
-# Go modules: etcd, kube-apiserver, kube-controller-manager, and KEDA's operator, metrics
-# adapter and admission webhooks. No kubelet: pods never start.
+# A Kubernetes control plane on 127.0.0.1 for the chart's tests and the demo (issue 18), from
+# the released Go modules: etcd, kube-apiserver (with the aggregation layer), kube-controller-
+# manager (the deployment, replicaset, HPA, garbage-collector, namespace and service-account
+# controllers), and KEDA's operator, metrics adapter (serving external.metrics.k8s.io) and
+# admission webhooks, with KEDA's and prometheus-operator's CRDs installed. No kubelet and no
+# scheduler: pods are created but never run (the tests' replica follower runs processors).
 #
-# Usage: deploy/local/cluster.sh build
+# Usage: deploy/local/cluster.sh build|up|down|status|env
 #   build   build every binary once (the Go modules under deploy/local/cluster/) into
 #           ~/.cache/sluice/cluster/bin-<versions>/ and print that folder; later runs reuse it.
-#           Measured on 2 cores with a warm Go cache: kube-apiserver and kube-controller-manager
-#           about 5 min, etcd 33 s, KEDA's three commands a few minutes.
-# Starting and stopping the control plane (up|down|status|env) is the next step of issue 18.
+#           Measured on 2 cores: kube-apiserver and kube-controller-manager about 5 min, etcd
+#           33 s, KEDA's three 73 s (warm Go cache); a cached start takes seconds.
+#   up      build if needed, make certificates once per cluster dir, start everything, wait
+#           until the external metrics API and KEDA's webhook answer; prints the kubeconfig
+#   down    stop every process (the cluster dir, with etcd's data, stays; rm -rf it to reset)
+#   status  one line per process; fails unless all run and answer
+#   env     export lines: KUBECONFIG and SLUICE_KUBE_* (server, token, CA)
 #
-# Environment: SLUICE_CLUSTER_DIR (~/.cache/sluice/cluster), SLUICE_GOCACHE
-# (~/.cache/sluice/go-build).
+# Environment: SLUICE_CLUSTER_DIR (<repo>/.stack/cluster: certificates, etcd's data, logs),
+# SLUICE_CLUSTER_PORT (36443: the API server; etcd, KEDA and the probes use the next 10),
+# SLUICE_CLUSTER_CACHE (~/.cache/sluice/cluster), SLUICE_GOCACHE (~/.cache/sluice/go-build).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 MODULES="$HERE/cluster"
-CACHE=${SLUICE_CLUSTER_DIR:-$HOME/.cache/sluice/cluster}
+CACHE=${SLUICE_CLUSTER_CACHE:-$HOME/.cache/sluice/cluster}
 KUBERNETES_VERSION=v1.36.4
 ETCD_VERSION=v3.6.8
 KEDA_VERSION=v2.21.0
@@ -60,7 +68,14 @@ build() {
   echo "$BIN"
 }
 
+# shellcheck source=deploy/local/cluster/run.sh
+source "$MODULES/run.sh"
+
 case ${1:-} in
   build) build ;;
-  *) sed -n '2,13s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
+  up) cmd_up ;;
+  down) cmd_down ;;
+  status) cmd_status ;;
+  env) cmd_env ;;
+  *) sed -n '2,23s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
 esac

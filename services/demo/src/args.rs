@@ -10,9 +10,18 @@ pub struct Args {
     /// How long the chain's traffic runs, seconds.
     #[arg(long, default_value_t = 120)]
     pub seconds: u64,
-    /// Average chain transactions per second outside bursts (bursts: 4× for 6 s every 60 s).
+    /// Average chain transactions per second outside bursts.
     #[arg(long, default_value_t = 2_000)]
     pub rate: u32,
+    /// A burst ends every this many seconds (0: no bursts).
+    #[arg(long, default_value_t = 60.0)]
+    pub burst_every_seconds: f64,
+    /// Each burst's length, seconds (the last ones of each period).
+    #[arg(long, default_value_t = 6.0)]
+    pub burst_seconds: f64,
+    /// The rate's multiplier during a burst.
+    #[arg(long, default_value_t = 4)]
+    pub burst_factor: u32,
     /// Partitions of the demo's topics.
     #[arg(long, default_value_t = 12)]
     pub partitions: u32,
@@ -25,6 +34,9 @@ pub struct Args {
     /// The chart values whose autoscaling policy the demo runs (the flags below override it).
     #[arg(long, default_value = "helm/sluice/values.yaml")]
     pub values: PathBuf,
+    /// More values files merged over --values in order, as `helm -f` does (and given to helm).
+    #[arg(long = "values-override", short = 'f', value_name = "FILE")]
+    pub values_override: Vec<PathBuf>,
     /// The autoscaling trigger, over the values' (kafka, offsetLag, timeLag, drainTime).
     #[arg(long)]
     pub trigger: Option<String>,
@@ -37,6 +49,11 @@ pub struct Args {
     /// After traffic stops, how long the processors may take to drain the lag.
     #[arg(long, default_value_t = 180)]
     pub drain_timeout_seconds: u64,
+    /// With --kubernetes, after the drain: how long the HPA may take to scale the processors
+    /// back to minReplicas (its stabilization window and scale-down policies) before the
+    /// demo stops waiting.
+    #[arg(long, default_value_t = 600)]
+    pub scale_down_timeout_seconds: u64,
     /// Where the JSON report goes.
     #[arg(long, default_value = "results/demo")]
     pub out: PathBuf,
@@ -49,6 +66,27 @@ pub struct Args {
     /// discovery targets in `targets.json` (namespace `sluice-demo`).
     #[arg(long)]
     pub scrapes: Option<PathBuf>,
+    /// Scale with a real Kubernetes control plane (deploy/local/cluster.sh) instead of the
+    /// stand-in: the chart installed with helm, KEDA and the HPA deciding, the demo running the
+    /// processors the Deployment asks for (see kubernetes.rs).
+    #[arg(long)]
+    pub kubernetes: bool,
+    /// The cluster's kubeconfig (cluster.sh env prints it).
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The helm binary (deploy/local/tools.sh helm).
+    #[arg(long, env = "SLUICE_HELM", default_value = "helm")]
+    pub helm: PathBuf,
+    /// The chart installed with --kubernetes.
+    #[arg(long, default_value = "helm/sluice")]
+    pub chart: PathBuf,
+    /// The namespace it is installed into (created; the release is uninstalled at the end).
+    #[arg(long, default_value = "sluice-demo")]
+    pub namespace: String,
+    /// More chart values, KEY=VALUE, over --values and the flags (e.g.
+    /// processor.autoscaling.timeLag.targetSeconds=10); with the stand-in too.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
     #[arg(long, env = "SLUICE_KAFKA_BROKERS")]
     pub brokers: String,
     #[arg(long, env = "SLUICE_REDIS_URL")]

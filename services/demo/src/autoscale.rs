@@ -27,13 +27,22 @@ pub struct Overrides {
     pub scale_down_window_s: u64,
     /// `kafka`, `offsetLag`, `timeLag` or `drainTime`; `None`: the chart's.
     pub trigger: Option<String>,
+    /// More values, `a.b.c` → value (`--set`), over the rest.
+    pub extra: Vec<(String, String)>,
 }
 
-/// The policy the demo runs: the values file with the overrides merged over it.
-pub fn policy(values_file: &Path, o: &Overrides) -> Result<Policy, String> {
-    let name = values_file.display().to_string();
-    let text = std::fs::read_to_string(values_file).map_err(|e| format!("reading {name}: {e}"))?;
-    let mut v = values::parse_yaml(&name, &text)?;
+/// `KEY=VALUE` pairs of `--set`.
+pub fn parse_sets(sets: &[String]) -> Result<Vec<(String, String)>, String> {
+    sets.iter()
+        .map(|s| match s.split_once('=') {
+            Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+            _ => Err(format!("--set {s:?}: expected KEY=VALUE, e.g. processor.autoscaling.maxReplicas=6")),
+        })
+        .collect()
+}
+
+/// The demo's overrides as values, merged over the values file (here and by helm).
+fn override_values(o: &Overrides) -> serde_json::Value {
     let mut autoscaling = serde_json::json!({
         "maxReplicas": o.max_replicas,
         "lagThreshold": o.lag_threshold,
@@ -42,11 +51,52 @@ pub fn policy(values_file: &Path, o: &Overrides) -> Result<Policy, String> {
     if let Some(t) = &o.trigger {
         autoscaling["trigger"] = serde_json::json!(t);
     }
-    values::merge(
-        &mut v,
-        serde_json::json!({"kafka": {"partitions": o.partitions}, "processor": {"autoscaling": autoscaling}}),
-    );
-    values::policy(&name, &v)
+    let mut v = serde_json::json!({"kafka": {"partitions": o.partitions}, "processor": {"autoscaling": autoscaling}});
+    for (key, value) in &o.extra {
+        // Typed as helm --set types them: numbers and booleans, else a string.
+        let typed = serde_json::from_str::<serde_json::Value>(value)
+            .ok()
+            .filter(|t| t.is_number() || t.is_boolean())
+            .unwrap_or_else(|| serde_json::json!(value));
+        let nested = key.rsplit('.').fold(typed, |inner, k| serde_json::json!({ k: inner }));
+        values::merge(&mut v, nested);
+    }
+    v
+}
+
+/// The policy the demo runs: the values file, the override files merged over it in order
+/// and the flags over them (helm's order: `-f` files, then `--set`).
+pub fn policy(values_file: &Path, override_files: &[std::path::PathBuf], o: &Overrides) -> Result<Policy, String> {
+    let read = |file: &Path| {
+        let name = file.display().to_string();
+        let text = std::fs::read_to_string(file).map_err(|e| format!("reading {name}: {e}"))?;
+        values::parse_yaml(&name, &text)
+    };
+    let mut v = read(values_file)?;
+    for file in override_files {
+        values::merge(&mut v, read(file)?);
+    }
+    values::merge(&mut v, override_values(o));
+    values::policy(&values_file.display().to_string(), &v)
+}
+
+/// The same overrides as `helm --set` pairs (`processor.autoscaling.maxReplicas`, …).
+pub fn helm_sets(o: &Overrides) -> Vec<(String, String)> {
+    fn flatten(prefix: &str, v: &serde_json::Value, out: &mut Vec<(String, String)>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, child) in m {
+                    let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                    flatten(&key, child, out);
+                }
+            }
+            serde_json::Value::String(s) => out.push((prefix.to_string(), s.clone())),
+            other => out.push((prefix.to_string(), other.to_string())),
+        }
+    }
+    let mut out = Vec::new();
+    flatten("", &override_values(o), &mut out);
+    out
 }
 
 /// One decision and why.
@@ -191,6 +241,7 @@ mod tests {
             lag_threshold: 1000,
             scale_down_window_s: 30,
             trigger: trigger.map(String::from),
+            extra: Vec::new(),
         }
     }
 
@@ -200,7 +251,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_demo_runs_the_chart_s_policy_with_its_overrides() {
-        let p = policy(&chart(), &overrides(Some("kafka"))).expect("the chart's values");
+        let p = policy(&chart(), &[], &overrides(Some("kafka"))).expect("the chart's values");
         assert_eq!((p.max_replicas, p.partitions), (6, 12));
         let b = p.behavior.clone().expect("the chart's behavior");
         assert_eq!(b.scale_down.and_then(|d| d.stabilization_window_seconds), Some(30));
@@ -213,18 +264,41 @@ mod tests {
     }
 
     #[test]
+    fn helm_gets_the_same_overrides_as_the_stand_in() {
+        let sets = helm_sets(&overrides(Some("offsetLag")));
+        for (k, v) in [
+            ("kafka.partitions", "12"),
+            ("processor.autoscaling.maxReplicas", "6"),
+            ("processor.autoscaling.lagThreshold", "1000"),
+            ("processor.autoscaling.behavior.scaleDown.stabilizationWindowSeconds", "30"),
+            ("processor.autoscaling.trigger", "offsetLag"),
+        ] {
+            assert!(sets.contains(&(k.to_string(), v.to_string())), "{k}={v} missing from {sets:?}");
+        }
+        assert_eq!(sets.len(), 5, "{sets:?}");
+        let mut o = overrides(Some("timeLag"));
+        o.extra = parse_sets(&["processor.autoscaling.timeLag.targetSeconds=7".into()]).expect("KEY=VALUE");
+        assert!(helm_sets(&o).contains(&("processor.autoscaling.timeLag.targetSeconds".into(), "7".into())));
+        let p = policy(&chart(), &[], &o).expect("values");
+        assert!(
+            matches!(p.trigger, PolicyTrigger::Sluice(Trigger::TimeLag { target_seconds }) if target_seconds == 7.0)
+        );
+        assert!(parse_sets(&["=3".into()]).is_err() && parse_sets(&["x".into()]).is_err());
+    }
+
+    #[test]
     fn the_chart_s_default_is_sluice_s_time_lag_trigger() {
-        let p = policy(&chart(), &overrides(None)).expect("the chart's values");
+        let p = policy(&chart(), &[], &overrides(None)).expect("the chart's values");
         assert!(matches!(p.trigger, PolicyTrigger::Sluice(Trigger::TimeLag { .. })), "{:?}", p.trigger);
     }
 
     #[test]
     fn a_trigger_of_sluice_s_scaler_gets_the_metadata_the_chart_renders_and_sluice_lag_reads() {
-        let p = policy(&chart(), &overrides(Some("timeLag"))).expect("values");
+        let p = policy(&chart(), &[], &overrides(Some("timeLag"))).expect("values");
         let meta = trigger_metadata(&p, "g");
         let spec = sluice_lag::scaler::TriggerSpec::from_metadata(&meta).expect("sluice-lag reads it");
         assert_eq!(spec.settings.trigger, Trigger::TimeLag { target_seconds: 30.0 });
         assert_eq!((spec.settings.hpa_tolerance, spec.max_replicas, spec.count_uncommitted), (0.1, Some(6), true));
-        assert!(policy(&chart(), &overrides(Some("cpu"))).is_err());
+        assert!(policy(&chart(), &[], &overrides(Some("cpu"))).is_err());
     }
 }

@@ -16,6 +16,7 @@
 mod args;
 mod autoscale;
 mod chaos;
+mod kubernetes;
 mod outputs;
 mod procs;
 mod report;
@@ -94,7 +95,20 @@ async fn main() -> anyhow::Result<()> {
     let chain_port = free_port()?;
     let chain_url = format!("http://127.0.0.1:{chain_port}");
     // The chain's shape is known here too, so the view can show its true rate.
-    let chain_config = ChainConfig { seed: 1, genesis_ms: started_ms, tx_per_sec: args.rate, ..ChainConfig::default() };
+    anyhow::ensure!(
+        args.burst_every_seconds >= 0.0 && args.burst_seconds >= 0.0 && args.burst_seconds <= args.burst_every_seconds,
+        "--burst-seconds must be between 0 and --burst-every-seconds"
+    );
+    let slots = |seconds: f64| (seconds * 1000.0 / ChainConfig::default().slot_ms as f64).round() as u64;
+    let chain_config = ChainConfig {
+        seed: 1,
+        genesis_ms: started_ms,
+        tx_per_sec: args.rate,
+        burst_every_slots: slots(args.burst_every_seconds),
+        burst_slots: slots(args.burst_seconds),
+        burst_factor: args.burst_factor,
+        ..ChainConfig::default()
+    };
     let chain = Proc::start(
         "chainsim",
         &binary("chainsim")?,
@@ -108,6 +122,12 @@ async fn main() -> anyhow::Result<()> {
             &chain_config.seed.to_string(),
             "--genesis-ms",
             &chain_config.genesis_ms.to_string(),
+            "--burst-every-slots",
+            &chain_config.burst_every_slots.to_string(),
+            "--burst-slots",
+            &chain_config.burst_slots.to_string(),
+            "--burst-factor",
+            &chain_config.burst_factor.to_string(),
         ],
         &[],
         0,
@@ -125,6 +145,7 @@ async fn main() -> anyhow::Result<()> {
         lag: None,
         lag_scaler: None,
         next_processor: 0,
+        kube: None,
         stopping: Vec::new(),
     };
     let run = async { run(&mut system, started_ms, &chain_config).await.map(Some) };
@@ -151,6 +172,12 @@ async fn main() -> anyhow::Result<()> {
             lag.stop(Duration::from_secs(10));
         }
         system.chain.stop(Duration::from_secs(10));
+        if let Some(k) = system.kube.as_ref() {
+            match k.uninstall() {
+                Ok(()) => say(&format!("== helm uninstall {} -n {}: done", k.release, k.namespace)),
+                Err(e) => say(&format!("== helm uninstall {} -n {} failed: {e:#}", k.release, k.namespace)),
+            }
+        }
     });
     let _ = stop.await;
     for task in stopping {
@@ -188,6 +215,31 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
     .await?;
     let chain = chain_client.context("chain client")?;
 
+    let overrides = Overrides {
+        partitions: args.partitions,
+        max_replicas: args.max_processors,
+        lag_threshold: args.lag_threshold,
+        scale_down_window_s: args.scale_down_window_seconds,
+        trigger: args.trigger.clone(),
+        extra: autoscale::parse_sets(&args.sets).map_err(anyhow::Error::msg)?,
+    };
+    let policy = autoscale::policy(&args.values, &args.values_override, &overrides).map_err(anyhow::Error::msg)?;
+    let mut kube_version = None;
+    if args.kubernetes {
+        let kubeconfig = args.kubeconfig.as_deref().context(
+            "--kubernetes needs the cluster's kubeconfig (--kubeconfig or KUBECONFIG; deploy/local/cluster.sh env)",
+        )?;
+        let cluster = kubernetes::Cluster::new(kubeconfig, &args.helm, &args.chart, &args.namespace)?;
+        let version = cluster.version().context("asking the API server its version")?;
+        say(&format!(
+            "== Kubernetes {version}: installing the chart ({}) as release {} in namespace {} with helm",
+            args.chart.display(),
+            cluster.release,
+            cluster.namespace
+        ));
+        system.install_release(cluster, autoscale::helm_sets(&overrides)).context("installing the chart")?;
+        kube_version = Some(version);
+    }
     let grpc = system.start_scheduler(0)?;
     system.start_scheduler(1)?;
     system.start_lag()?;
@@ -218,7 +270,11 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
         }
         (false, _) => None,
     };
-    let first = if chaos.is_some() { chaos::PROCESSORS } else { 1 };
+    let first = match (&chaos, &system.kube) {
+        (Some(_), _) => chaos::PROCESSORS,
+        (None, Some(k)) => k.replicas("processor")?,
+        (None, None) => 1,
+    };
     for _ in 0..first {
         system.start_processor()?;
     }
@@ -226,28 +282,35 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
         "== ingest ×2 (active/standby), {first} processor(s); traffic {} tx/s for {} s (bursts ×4 for 6 s every 60 s)",
         args.rate, args.seconds
     ));
-    let overrides = Overrides {
-        partitions: args.partitions,
-        max_replicas: args.max_processors,
-        lag_threshold: args.lag_threshold,
-        scale_down_window_s: args.scale_down_window_seconds,
-        trigger: args.trigger.clone(),
-    };
-    let policy = autoscale::policy(&args.values, &overrides).map_err(anyhow::Error::msg)?;
     let mut scaler = Autoscaler::new(policy, (args.sync_seconds * 1000) as i64);
-    if let Some(addr) = system.lag_scaler {
-        scaler.connect(addr, &names.group).await.context("connecting to sluice-lag's scaler as KEDA would")?;
+    match (&system.kube, system.lag_scaler) {
+        (Some(_), _) | (None, None) => {}
+        (None, Some(addr)) => {
+            scaler.connect(addr, &names.group).await.context("connecting to sluice-lag's scaler as KEDA would")?;
+        }
     }
+    let autoscaler = match (&chaos, &kube_version) {
+        (Some(_), _) => "none (the chaos soak: 3 processors throughout)".to_string(),
+        (None, Some(version)) => format!(
+            "Kubernetes {version}: KEDA's operator made an HPA from the chart's ScaledObject ({}), \
+             kube-controller-manager's HPA controller wrote the processor Deployment's replicas, \
+             the demo ran them (the replica follower)",
+            scaler.describe()
+        ),
+        (None, None) => format!(
+            "stand-in: the chart's policy on sluice-scaling's engine ({}), sync every {} s",
+            scaler.describe(),
+            args.sync_seconds
+        ),
+    };
     if chaos.is_some() {
         say("== chaos soak: exactly-once outputs, no autoscaler; faults on a timetable (sluice-demo's chaos.rs)");
     } else {
         say(&format!(
-            "== autoscaling: the chart's policy ({}, flags over it) on sluice-scaling's engine: {}, up to {} processors, \
-         HPA sync every {} s, scale-down window {} s (Kubernetes: 15 s and the chart's 300 s)",
+            "== autoscaling: {autoscaler}; the chart's policy from {} with the flags over it, up to {} processors, \
+             scale-down window {} s (the chart's: 300 s)",
             args.values.display(),
-            scaler.describe(),
             args.max_processors,
-            args.sync_seconds,
             args.scale_down_window_seconds
         ));
     }
@@ -261,6 +324,7 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
     let mut last_sync = Instant::now();
     let mut traffic_stopped: Option<Instant> = None;
     let mut drained_after: Option<Duration> = None;
+    let mut scaled_down_after: Option<Duration> = None;
     let mut last: Option<(Instant, u64, f64, u64)> = None; // (when, committed, ingest tx, chain head)
     let mut latency_before: Vec<(f64, f64)> = Vec::new();
     let mut peak_lag = 0u64;
@@ -355,20 +419,30 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
             c.tick(system, begin.elapsed()).await?;
             printed = 0;
         }
-        if chaos.is_none() && now.duration_since(last_sync) >= Duration::from_secs(args.sync_seconds) {
-            last_sync = now;
-            let current = system.processors.len() as u32;
-            let d = scaler.decide(now, current, &offsets).await;
-            if d.replicas != current {
+        let current = system.processors.len() as u32;
+        // The follower reads the Deployment every second, as a kubelet would see pods come
+        // and go; the stand-in decides every --sync-seconds.
+        let decided = match (&chaos, &system.kube) {
+            (Some(_), _) => None,
+            (None, Some(k)) => follow(k, current),
+            (None, None) if now.duration_since(last_sync) >= Duration::from_secs(args.sync_seconds) => {
+                last_sync = now;
+                let d = scaler.decide(now, current, &offsets).await;
                 let metric = d.metric.map_or("unknown".into(), |m| format!("{:.1}", m as f64 / 1000.0));
-                say(&format!("   autoscaler: lag {lag} (metric {metric}) → {} processors ({})", d.replicas, d.why));
-                printed = 0;
-                decisions.push(report::Scaled { t: begin.elapsed().as_secs_f64(), lag, from: current, to: d.replicas });
+                Some((d.replicas, format!("autoscaler: lag {lag} (metric {metric})"), d.why))
             }
-            for _ in current..d.replicas {
+            (None, None) => None,
+        };
+        if let Some((replicas, what, why)) = decided {
+            if replicas != current {
+                say(&format!("   {what} → {replicas} processors ({why})"));
+                printed = 0;
+                decisions.push(report::Scaled { t: begin.elapsed().as_secs_f64(), lag, from: current, to: replicas });
+            }
+            for _ in current..replicas {
                 system.start_processor()?;
             }
-            for _ in d.replicas..current {
+            for _ in replicas..current {
                 if let Some(mut p) = system.processors.pop() {
                     // A clean drain takes a few seconds; don't hold the view.
                     system.stopping.push(tokio::task::spawn_blocking(move || {
@@ -388,9 +462,18 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
                 system.stopping.push(stopped);
                 traffic_stopped = Some(Instant::now());
             }
-            Some(at) if lag == 0 => {
-                drained_after = Some(at.elapsed());
-                break;
+            Some(at) if lag == 0 || drained_after.is_some() => {
+                let drained = *drained_after.get_or_insert(at.elapsed());
+                // With a real HPA the run goes on until it has scaled back down, too.
+                let min = scaler.policy.min_replicas.max(1) as u32;
+                let waited = at.elapsed().saturating_sub(drained);
+                if system.kube.is_none() || system.processors.len() as u32 <= min {
+                    scaled_down_after = system.kube.as_ref().map(|_| waited);
+                    break;
+                }
+                if waited > Duration::from_secs(args.scale_down_timeout_seconds) {
+                    break;
+                }
             }
             Some(at) if at.elapsed() > Duration::from_secs(args.drain_timeout_seconds) => break,
             _ => {}
@@ -429,7 +512,9 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
         records_consumed: consumed,
         peak_lag,
         drain_seconds: drained_after.map(|d| d.as_secs_f64()),
+        scale_down_seconds: scaled_down_after.map(|d| d.as_secs_f64()),
         peak_processors: timeline.iter().map(|s| s.processors).max().unwrap_or(0),
+        autoscaler,
         summary,
         scaling: decisions,
         timeline,
@@ -442,6 +527,31 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
     say(&report::summary_text(&full));
     say(&format!("report: {}", path.display()));
     Ok(full.passed())
+}
+
+/// The replica follower's step: the processor Deployment's `spec.replicas` (written by the
+/// HPA KEDA made) and what that HPA last saw; `None` when the API server does not answer
+/// (the processors stay as they are, as pods would).
+fn follow(k: &kubernetes::Cluster, current: u32) -> Option<(u32, String, String)> {
+    match k.replicas("processor") {
+        Ok(replicas) if replicas == current => Some((replicas, String::new(), String::new())),
+        Ok(replicas) => {
+            let why = match k.hpa() {
+                Ok(Some(h)) => format!(
+                    "the HPA's desiredReplicas {}, metric {}",
+                    h.desired,
+                    h.metric.as_deref().unwrap_or("not read yet")
+                ),
+                Ok(None) => "KEDA has not made the HPA yet".into(),
+                Err(e) => format!("reading the HPA: {e}"),
+            };
+            Some((replicas, "Kubernetes: the Deployment's spec.replicas".into(), why))
+        }
+        Err(e) => {
+            say(&format!("   Kubernetes: reading the Deployment failed, processors held: {e:#}"));
+            None
+        }
+    }
 }
 
 /// The soak's faults and its check of the outputs up to the ingest's final cursor.

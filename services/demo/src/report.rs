@@ -101,7 +101,11 @@ pub struct Report {
     pub records_consumed: u64,
     pub peak_lag: u64,
     pub drain_seconds: Option<f64>,
+    /// With --kubernetes: from the drain until the HPA had the processors back at minReplicas.
+    pub scale_down_seconds: Option<f64>,
     pub peak_processors: u32,
+    /// Who scaled the processors: the stand-in engine or a real control plane.
+    pub autoscaler: String,
     pub summary: Summary,
     pub scaling: Vec<Scaled>,
     pub timeline: Vec<Sample>,
@@ -278,11 +282,18 @@ pub fn summary_text(r: &Report) -> String {
         thousands(r.peak_lag as f64),
         r.peak_processors
     ));
+    line(format!("autoscaler               {}", r.autoscaler));
     line(time_lag_line(&r.timeline));
     line(match r.drain_seconds {
         Some(d) => format!("drain after traffic      {d:>11.1}s  (lag back to 0)"),
         None => "drain after traffic         not done  (lag not back to 0 in time)".into(),
     });
+    if r.autoscaler.starts_with("Kubernetes") {
+        line(match r.scale_down_seconds {
+            Some(d) => format!("scaled back down          {d:>11.1}s  after the drain (the HPA, to minReplicas)"),
+            None => "scaled back down            not done  (the HPA had not reached minReplicas)".into(),
+        });
+    }
     for step in &r.scaling {
         line(format!(
             "  at {:>5.0} s  lag {:>8}  processors {} → {}",

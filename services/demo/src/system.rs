@@ -10,6 +10,7 @@ use sluice_scaling::keda::PartitionOffsets;
 use sluice_service::process::free_port;
 
 use crate::args::Args;
+use crate::kubernetes::{Cluster, local_env};
 use crate::procs::{Proc, binary};
 
 /// Names of one run: nothing shared with earlier runs.
@@ -47,6 +48,8 @@ pub struct System {
     /// Its KEDA external scaler's address.
     pub lag_scaler: Option<std::net::SocketAddr>,
     pub next_processor: u32,
+    /// With --kubernetes: the chart's release, whose Deployments' pods the demo runs.
+    pub kube: Option<Cluster>,
     /// Processes being stopped in the background (scale-down, the ingest).
     pub stopping: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -66,21 +69,59 @@ impl System {
             .find_map(|p| (!p.is_running()).then(|| p.name.clone()))
     }
 
-    pub fn start_lag(&mut self) -> anyhow::Result<()> {
-        let port = free_port()?;
+    /// With --kubernetes: installs the chart with the demo's names and `sets` over the values,
+    /// its scaler's address (`lag.scaler.address`) on a free local port.
+    pub fn install_release(&mut self, cluster: Cluster, sets: Vec<(String, String)>) -> anyhow::Result<()> {
         let scaler = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()?));
         self.lag_scaler = Some(scaler);
-        let env = self.env(
-            "SLUICE_LAG_",
-            &[
-                ("BROKERS", self.args.brokers.clone()),
-                ("GROUPS", self.names.group.clone()),
-                ("ADMIN_LISTEN", format!("127.0.0.1:{port}")),
-                ("SCALER_LISTEN", scaler.to_string()),
-                ("POLL_INTERVAL_MS", "1000".into()),
-                ("RATE_WINDOW_MS", "5000".into()),
-            ],
-        );
+        let n = &self.names;
+        let mut all: Vec<(String, String)> = [
+            ("kafka.bootstrapServers", self.args.brokers.clone()),
+            ("kafka.topic", n.topic.clone()),
+            ("kafka.swapsTopic", n.swaps.clone()),
+            ("kafka.dlqTopic", n.dlq.clone()),
+            ("processor.groupId", n.group.clone()),
+            ("redis.url", self.args.redis_url.clone()),
+            ("redis.prefix", n.prefix.clone()),
+            ("lag.scaler.address", scaler.to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        all.extend(sets);
+        let files: Vec<&std::path::Path> =
+            std::iter::once(&self.args.values).chain(&self.args.values_override).map(|p| p.as_path()).collect();
+        cluster.install(&files, &all)?;
+        self.kube = Some(cluster);
+        Ok(())
+    }
+
+    pub fn start_lag(&mut self) -> anyhow::Result<()> {
+        let port = free_port()?;
+        let env = match &self.kube {
+            // The pod's own settings (its 5 s poll), on local ports.
+            Some(k) => {
+                let scaler = self.lag_scaler.map(|a| a.to_string()).unwrap_or_default();
+                let ports = self
+                    .env("SLUICE_LAG_", &[("ADMIN_LISTEN", format!("127.0.0.1:{port}")), ("SCALER_LISTEN", scaler)]);
+                local_env(k.pod_env("lag", "sluice-lag-0")?, &ports)
+            }
+            None => {
+                let scaler = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()?));
+                self.lag_scaler = Some(scaler);
+                self.env(
+                    "SLUICE_LAG_",
+                    &[
+                        ("BROKERS", self.args.brokers.clone()),
+                        ("GROUPS", self.names.group.clone()),
+                        ("ADMIN_LISTEN", format!("127.0.0.1:{port}")),
+                        ("SCALER_LISTEN", scaler.to_string()),
+                        ("POLL_INTERVAL_MS", "1000".into()),
+                        ("RATE_WINDOW_MS", "5000".into()),
+                    ],
+                )
+            }
+        };
         self.lag = Some(Proc::start("lag-0", &binary("sluice-lag")?, &[], &env, port, &self.logs)?);
         Ok(())
     }
@@ -117,6 +158,13 @@ impl System {
         self.next_processor += 1;
         let name = format!("processor-{}", self.next_processor);
         let port = free_port()?;
+        if let Some(k) = &self.kube {
+            // The pod's environment as the API server holds it, on a local admin port.
+            let admin = self.env("SLUICE_PROCESSOR_", &[("ADMIN_LISTEN", format!("127.0.0.1:{port}"))]);
+            let env = local_env(k.pod_env("processor", &name)?, &admin);
+            self.processors.push(Proc::start(&name, &binary("processor")?, &[], &env, port, &self.logs)?);
+            return Ok(());
+        }
         let n = &self.names;
         let env = self.env(
             "SLUICE_PROCESSOR_",

@@ -88,6 +88,10 @@ pub struct SimulateArgs {
     /// Seconds from a pod asked for to a pod consuming (an estimate; measure yours).
     #[arg(long, default_value_t = 10.0)]
     pub startup: f64,
+    /// How often the processors commit, seconds (their COMMIT_INTERVAL_MS; 0: at once): what
+    /// KEDA and sluice-lag read trails the consumption by up to this much.
+    #[arg(long, default_value_t = 1.0)]
+    pub commit_interval: f64,
     /// The time-lag objective, seconds, the figures count against.
     #[arg(long, default_value_t = 30.0)]
     pub objective: f64,
@@ -125,6 +129,7 @@ fn policies(args: &SimulateArgs) -> Result<String, String> {
         startup_s: args.startup,
         lag_poll_s: 5.0,
         sync_s: 15.0,
+        commit_interval_s: args.commit_interval,
         objective_s: args.objective,
     };
     let mut runs = Vec::new();

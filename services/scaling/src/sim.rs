@@ -8,7 +8,11 @@
 //!   faster than its pod's share;
 //! - every change of the ready pod count is a rebalance: no partition is consumed for
 //!   `rebalance_pause_s`; a pod asked for is ready `startup_s` later, one removed stops at once;
-//! - the time lag is the age of each partition's oldest unconsumed record.
+//! - the processors commit what they consumed every `commit_interval_s` (the processor's
+//!   `COMMIT_INTERVAL_MS`, 1 s): the lag and time lag that sluice-lag and KEDA read — and
+//!   that the samples show, as a dashboard would — are the committed ones, so a group that
+//!   keeps up still shows about a commit interval of records;
+//! - the time lag is the age of each partition's oldest uncommitted record.
 //!
 //! The deciders: sluice-lag polls every `lag_poll_s`; Sluice's scaler decides from its
 //! newest poll; KEDA's kafka trigger reads the offsets at each HPA sync; KEDA's operator polls
@@ -35,6 +39,8 @@ pub struct Model {
     pub lag_poll_s: f64,
     /// The HPA's sync period.
     pub sync_s: f64,
+    /// How often the consumers commit their positions, seconds (0: at once).
+    pub commit_interval_s: f64,
     /// The time-lag objective the summary counts against.
     pub objective_s: f64,
 }
@@ -74,6 +80,9 @@ struct Partition {
     queue: VecDeque<(f64, f64)>,
     produced: f64,
     consumed: f64,
+    /// The committed position and when it was committed.
+    committed: f64,
+    committed_at: f64,
 }
 
 impl Partition {
@@ -83,6 +92,22 @@ impl Partition {
 
     fn age(&self, now: f64) -> f64 {
         self.queue.front().map_or(0.0, |(t, _)| (now - t).max(0.0))
+    }
+
+    /// The lag a reader of the committed offset sees.
+    fn committed_lag(&self) -> f64 {
+        (self.produced - self.committed).max(0.0)
+    }
+
+    /// The age of the oldest uncommitted record: consumed ones wait for the commit.
+    fn committed_age(&self, now: f64) -> f64 {
+        let waiting = if self.consumed - self.committed > 1e-9 { now - self.committed_at } else { 0.0 };
+        self.age(now).max(waiting)
+    }
+
+    fn commit(&mut self, at: f64) {
+        self.committed = self.consumed;
+        self.committed_at = at;
     }
 
     fn consume(&mut self, mut budget: f64) -> f64 {
@@ -168,8 +193,15 @@ impl<'a> Run<'a> {
             p.queue.push_back((t, per));
             p.produced += per;
         }
+        let interval = self.model.commit_interval_s;
+        if interval > 0.0 && t % interval < 1.0 {
+            self.parts.iter_mut().for_each(|p| p.commit(t));
+        }
         let paused = t < self.paused_until;
         let consumed = if paused { 0.0 } else { self.consume() };
+        if interval <= 0.0 {
+            self.parts.iter_mut().for_each(|p| p.commit(t + 1.0));
+        }
         push_window(&mut self.consumed_window, consumed);
         push_window(&mut self.produced_window, rate);
         let at = t + 1.0;
@@ -186,8 +218,8 @@ impl<'a> Run<'a> {
             t_s: at,
             produce_rate: rate,
             consume_rate: consumed,
-            lag: self.parts.iter().map(Partition::lag).sum(),
-            time_lag_s: self.parts.iter().map(|p| p.age(at)).fold(0.0, f64::max),
+            lag: self.parts.iter().map(Partition::committed_lag).sum(),
+            time_lag_s: self.parts.iter().map(|p| p.committed_age(at)).fold(0.0, f64::max),
             desired: self.desired,
             ready: self.ready,
             paused,
@@ -273,8 +305,8 @@ impl<'a> Run<'a> {
                 .parts
                 .iter()
                 .map(|p| PartitionInput {
-                    lag: Some(p.lag().round() as i64),
-                    time_lag_ms: Some((p.age(at) * 1000.0) as i64),
+                    lag: Some(p.committed_lag().round() as i64),
+                    time_lag_ms: Some((p.committed_age(at) * 1000.0) as i64),
                     produce_rate: Some(produce / n),
                     stalled: false,
                 })
@@ -286,7 +318,7 @@ impl<'a> Run<'a> {
         self.parts
             .iter()
             .map(|p| PartitionOffsets {
-                committed: Some(p.consumed.floor() as i64),
+                committed: Some(p.committed.floor() as i64),
                 earliest: Some(0),
                 latest: p.produced.floor() as i64,
             })
@@ -295,7 +327,7 @@ impl<'a> Run<'a> {
 
     /// KEDA's operator: from and to zero.
     fn operate(&mut self, at: f64) {
-        let lag: f64 = self.parts.iter().map(Partition::lag).sum();
+        let lag: f64 = self.parts.iter().map(Partition::committed_lag).sum();
         let active = lag.round() as i64 > self.policy.activation_lag_threshold;
         let op = crate::keda::Operator {
             min_replica_count: self.policy.min_replicas,

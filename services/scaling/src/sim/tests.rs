@@ -11,6 +11,7 @@ fn model() -> Model {
         startup_s: 5.0,
         lag_poll_s: 5.0,
         sync_s: 15.0,
+        commit_interval_s: 0.0,
         objective_s: 30.0,
     }
 }
@@ -87,4 +88,19 @@ fn time_lag_is_the_oldest_unconsumed_record_s_age() {
     let (samples, _) = run(&policy(kafka(1_000_000), None), &m, &trace("synthetic:base=100,length=50"));
     assert_eq!(samples[49].time_lag_s, 50.0);
     assert!((samples[49].lag - 5_000.0).abs() < 1e-6);
+}
+
+#[test]
+fn a_group_that_keeps_up_still_shows_a_commit_interval_of_records_and_kafka_s_trigger_sees_it() {
+    // 600 records/s, one pod of 1,000/s: nothing queues, but what KEDA and sluice-lag read is
+    // the committed offset, one commit interval behind.
+    let committing = Model { commit_interval_s: 1.0, ..model() };
+    let at_once = run(&policy(kafka(1_000), None), &model(), &trace("synthetic:base=600,length=120")).1;
+    let (samples, summary) = run(&policy(kafka(1_000), None), &committing, &trace("synthetic:base=600,length=120"));
+    assert!(at_once.peak_lag < 1.0, "{at_once:?}");
+    assert!(samples[5..].iter().all(|s| (s.lag - 600.0).abs() < 1.0 && (s.time_lag_s - 1.0).abs() < 1e-9));
+    assert_eq!(summary.peak_replicas, 1, "600 < lagThreshold 1,000: {summary:?}");
+    // At lagThreshold 250 the same trail alone asks for ceil(600 / 250) = 3 pods.
+    let (_, small) = run(&policy(kafka(250), None), &committing, &trace("synthetic:base=600,length=120"));
+    assert_eq!(small.peak_replicas, 3, "{small:?}");
 }
