@@ -483,13 +483,52 @@ def autoscaling(name, r):
              f"{x['summary']['seconds_over_objective']:.0f} s", str(x["summary"]["rebalances"]),
              f"{x['summary']['replica_minutes']:.1f}", str(x["summary"]["peak_replicas"]),
              n0(x["summary"]["peak_lag"])] for x in r["runs"]]
+    commits = (f", the processors commit every {m['commit_interval_s']:.0f} s" if m.get("commit_interval_s")
+               else ", commits at once")
     model = (f"Trace `{r['trace']}`; model: {n0(m['per_pod_rate'])} records/s per processor, "
              f"{m['rebalance_pause_s']:.0f} s without consumption per rebalance, {m['startup_s']:.0f} s start-up, "
-             f"sluice-lag polls every {m['lag_poll_s']:.0f} s, the HPA syncs every {m['sync_s']:.0f} s.")
+             f"sluice-lag polls every {m['lag_poll_s']:.0f} s, the HPA syncs every {m['sync_s']:.0f} s{commits}.")
     return "\n".join([table(head, rows), "", model, "", f"Source: `{name}` (sluice-lag simulate; the command is above)."])
 
 
 SECTIONS["autoscaling"] = autoscaling
+
+
+def kubernetes(name, r):
+    real, sim, m = r["real"], r["simulated"], r["model"]
+    seconds = lambda v: "-" if v is None else f"{v:.0f} s"  # noqa: E731
+    steps = lambda s: ", ".join(f"{n} at {t} s" for t, n in s)  # noqa: E731
+    head = ["", "the real HPA and KEDA", "sluice-lag simulate"]
+    rows = [["peak replicas", str(real["peak"]), str(sim["peak"])],
+            ["replica-minutes", f"{real['replica_minutes']:.2f}", f"{sim['replica_minutes']:.2f}"],
+            ["first scale-up", seconds(real["first_scale_up_s"]), seconds(sim["first_scale_up_s"])],
+            ["back at minReplicas", seconds(real["back_at_min_s"]), seconds(sim["back_at_min_s"])],
+            ["replicas", steps(real["steps"]), steps(sim["steps"])]]
+    text = (f"Second by second over {r['seconds_compared']} s: the replica counts are equal in "
+            f"{r['share_of_seconds_equal']:.0%} of the seconds, {r['mean_abs_replica_difference']:.2f} apart on "
+            f"average. Simulator model: {n0(m['per_pod_rate'])} records/s per processor (the best the run showed), "
+            f"{m['startup_s']:.0f} s start-up, {m['rebalance_pause_s']:.0f} s per rebalance, commits every "
+            f"{m.get('commit_interval_s', 0):.0f} s.")
+    return "\n".join([table(head, rows), "", text, "", f"Source: `{name}` ({r['command']})."])
+
+
+SECTIONS["kubernetes"] = kubernetes
+
+
+def plot_kubernetes(r, path):
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for label, key, style in (("the real HPA and KEDA", "real_timeline", "-"), ("sluice-lag simulate", "simulated_timeline", "--")):
+        rows = r[key]
+        ax.step([t for t, _ in rows], [n for _, n in rows], style, where="post", label=label)
+    ax.set_xlabel("seconds into the run")
+    ax.set_ylabel("processors")
+    ax.yaxis.get_major_locator().set_params(integer=True)
+    ax.set_title("The same burst: the real HPA against the simulator")
+    ax.legend()
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def plot_autoscaling(r, path):
@@ -550,6 +589,9 @@ def render(results, readme_path):
     if "autoscaling" in found:
         plot_autoscaling(found["autoscaling"], os.path.join(plots, "autoscaling.png"))
         made.append("autoscaling.png")
+    if "kubernetes" in found:
+        plot_kubernetes(found["kubernetes"], os.path.join(plots, "kubernetes.png"))
+        made.append("kubernetes.png")
     stress = [(m, found[m]) for m in ("stress-in-process", "stress-kafka", "stress-full") if m in found]
     if stress:
         plot_stress(stress, os.path.join(plots, "stress-latency.png"))

@@ -18,7 +18,8 @@
 #   env     export lines: KUBECONFIG and SLUICE_KUBE_* (server, token, CA)
 #
 # Environment: SLUICE_CLUSTER_DIR (<repo>/.stack/cluster: certificates, etcd's data, logs),
-# SLUICE_CLUSTER_PORT (36443: the API server; etcd, KEDA and the probes use the next 10),
+# SLUICE_CLUSTER_PORT (23443: the API server; etcd, KEDA and the probes use the next 10; below
+# the ephemeral range, so no outgoing connection takes one first),
 # SLUICE_CLUSTER_CACHE (~/.cache/sluice/cluster), SLUICE_GOCACHE (~/.cache/sluice/go-build).
 set -euo pipefail
 
@@ -77,5 +78,5 @@ case ${1:-} in
   down) cmd_down ;;
   status) cmd_status ;;
   env) cmd_env ;;
-  *) sed -n '2,23s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,24s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
 esac

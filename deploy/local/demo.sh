@@ -2,13 +2,18 @@
 # The main job: the whole system on this machine. Brings up the local stack (a real Kafka
 # and a real Redis), runs chainsim, two ingest instances (active/standby), two scheduler
 # replicas and the processors (added and removed by the chart's autoscaling policy on
-# sluice-scaling's engine: KEDA's and the HPA's arithmetic, no Kubernetes), drives traffic, shows a live view, then drains and checks the result
+# sluice-scaling's engine: KEDA's and the HPA's arithmetic; with --kubernetes by the real KEDA
+# and HPA on a local control plane), drives traffic, shows a live view, then drains and checks the result
 # against the chain. Writes results/demo/<run>.json and .png.
 #
-# Usage: deploy/local/demo.sh [--seconds N] [--rate TX_PER_SEC] [--keep] [sluice-demo options]
+# Usage: deploy/local/demo.sh [--seconds N] [--rate TX_PER_SEC] [--kubernetes] [--keep] [sluice-demo options]
 #   --seconds N   how long the chain's traffic runs (default 120)
 #   --rate R      average transactions per second outside bursts (default 2000)
-#   --keep        leave the stack running afterwards (default: stop it if this run started it)
+#   --kubernetes  scale with a real control plane instead of the stand-in: deploy/local/cluster.sh
+#                 (kube-apiserver, the HPA controller, KEDA; built once, minutes the first time),
+#                 the chart installed with helm, the processors the HPA asks for run here
+#   --keep        leave the stack (and the cluster) running afterwards (default: stop what this
+#                 run started)
 #   other options go to sluice-demo (--max-processors, --lag-threshold, --sync-seconds, …;
 #   see: cargo run -p sluice-demo -- --help)
 # The stack's ports and folder come from deploy/local/stack.sh's settings (SLUICE_*).
@@ -18,11 +23,12 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$HERE/../.." && pwd)
 cd "$REPO_ROOT"
 
-keep=0
+keep=0 kubernetes=0
 args=()
 while (($#)); do
   case $1 in
     --keep) keep=1; shift ;;
+    --kubernetes) kubernetes=1; shift ;;
     --seconds|--rate) args+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
     -h|--help) sed -n '/^# Usage:/,/^# The stack/s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) args+=("$1"); shift ;;
@@ -37,9 +43,13 @@ echo "== building every service (release; the first build takes several minutes)
 cargo build --locked --release -q --bins
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 
-started=0
+started=0 cluster_started=0
 if ! "$HERE/stack.sh" status >/dev/null 2>&1; then started=1; fi
 stop() {
+  if ((cluster_started && !keep)); then
+    echo "== stopping the control plane this demo started"
+    "$HERE/cluster.sh" down
+  fi
   if ((started && !keep)); then
     echo "== stopping the stack this demo started"
     "$HERE/stack.sh" down
@@ -51,6 +61,13 @@ echo "== bringing up the local stack"
 "$HERE/stack.sh" up
 eval "$("$HERE/stack.sh" env)"
 export SLUICE_KAFKA_BROKERS SLUICE_REDIS_URL
+if ((kubernetes)); then
+  echo "== bringing up the Kubernetes control plane (deploy/local/cluster.sh; the first build takes several minutes)"
+  if ! "$HERE/cluster.sh" status >/dev/null 2>&1; then cluster_started=1; fi
+  "$HERE/cluster.sh" up
+  eval "$("$HERE/cluster.sh" env)"
+  args+=(--kubernetes --helm "$("$HERE/tools.sh" helm)")
+fi
 
 rc=0
 "$target_dir/release/sluice-demo" --out "$REPO_ROOT/results/demo" "${args[@]}" || rc=$?

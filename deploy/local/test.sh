@@ -9,8 +9,8 @@
 #
 # Usage: deploy/local/test.sh [PART [ARGS…]]
 #   (no part)      every part, cheapest first: static, unit, then with the stack conformance, bench-smoke,
-#                  chart (with the demo smoke), integration, and last the soak (on a stack of
-#                  its own). A failing part does not stop the others; the run fails if any
+#                  chart (with the demo smoke), kubernetes, integration, and last the soak (on a
+#                  stack of its own). A failing part does not stop the others; the run fails if any
 #                  part failed. CI runs this.
 #   static         formatting and the architecture invariants (ARCHITECTURE.md)
 #   unit           the tests that need no stack, with its variables unset: every library's
@@ -24,6 +24,10 @@
 #   demo-smoke     the whole system for 20 s, scraped by a real Prometheus with deploy/'s rules
 #   chart          the chart, alert and dashboard checks; runs the demo smoke first (they
 #                  read its scrapes and query its Prometheus)
+#   kubernetes     the chart on a real control plane (cluster.sh: kube-apiserver, the HPA
+#                  controller, KEDA): helm install/upgrade/uninstall of every scenario, KEDA's
+#                  HPA against the values, refusals; then the demo with the real HPA scaling
+#                  the processors (the replica follower), checked against sluice-lag simulate
 #   soak           the chaos soak: sluice-demo --chaos for 150 s on a stack of its own (the
 #                  test stack's dir with -soak, ports +10000), whose broker and Redis it
 #                  restarts; must PASS
@@ -35,6 +39,7 @@
 #   SLUICE_TEST_KAFKA_PORT  19092                (controller: +1)
 #   SLUICE_TEST_REDIS_PORT  16379
 #   SLUICE_TEST_PROMETHEUS_PORT 19190            the Prometheus that scrapes the demo smoke
+#   SLUICE_TEST_CLUSTER_PORT 24443               the kubernetes part's API server (and the next 10)
 #   SLUICE_TEST_KEEP_STACK  unset                set to 1 to leave the stack running afterwards
 #   CARGO_TARGET_DIR        cargo's default      CI points it at a cache outside the clone
 set -euo pipefail
@@ -375,6 +380,43 @@ part_chart() {
   stop_prometheus
 }
 
+# The chart on a real control plane (its own cluster dir and ports, stopped afterwards), then
+# the demo scaled by the real HPA, then the simulator against that run.
+part_kubernetes() {
+  say "the chart on a real Kubernetes control plane: etcd, kube-apiserver, kube-controller-manager, KEDA (deploy/local/cluster.sh)"
+  local helm_bin tools_python target out log="$LOGS/kubernetes.log" started=$SECONDS
+  helm_bin=$("$HERE/tools.sh" helm)
+  tools_python=$("$HERE/tools.sh" python)
+  cargo build --locked -q --bins
+  target=$(cargo metadata --locked --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+  export SLUICE_CLUSTER_DIR="$SLUICE_STACK_DIR-cluster" SLUICE_CLUSTER_PORT=${SLUICE_TEST_CLUSTER_PORT:-24443}
+  trap '"$HERE/cluster.sh" down >"$LOGS/cluster-down.log" 2>&1' EXIT
+  "$HERE/cluster.sh" up >"$LOGS/cluster.log" 2>&1 || { tail -n 30 "$LOGS/cluster.log" >&2; die "the control plane did not start (log: $LOGS/cluster.log)"; }
+  say "control plane up in $((SECONDS - started)) s (a first build of its binaries takes minutes; see $LOGS/cluster.log)"
+  eval "$("$HERE/cluster.sh" env)"
+  "$tools_python" "$REPO_ROOT/helm/tests/test_cluster.py" --helm "$helm_bin" --kubeconfig "$KUBECONFIG" \
+    --sluice-lag "$target/debug/sluice-lag" --brokers "$SLUICE_KAFKA_BROKERS" \
+    --secure-brokers "$SLUICE_KAFKA_SECURE_BROKERS" --secure-ca "$SLUICE_KAFKA_SECURE_CA" \
+    --sasl-username "$SLUICE_KAFKA_SECURE_USERNAME" --sasl-password "$SLUICE_KAFKA_SECURE_PASSWORD" >"$log" 2>&1 || {
+    grep -E '^FAIL' "$log" >&2
+    die "the chart failed against the API server (log: $log)"
+  }
+  tail -n 1 "$log"
+  say "end to end: a 30 s burst, KEDA's HPA scaling the processors the demo runs, then the drain and the scale-down"
+  out=$(mktemp -d)
+  "$target/debug/sluice-demo" --kubernetes --helm "$helm_bin" --namespace sluice-e2e --seconds 75 --rate 1500 \
+    --burst-every-seconds 60 --burst-seconds 30 --burst-factor 6 --max-processors 4 --trigger offsetLag \
+    --lag-threshold 3000 --scale-down-window-seconds 30 -f "$REPO_ROOT/helm/tests/e2e-values.yaml" \
+    --out "$out/e2e" --logs "$LOGS/kubernetes-e2e" >"$LOGS/kubernetes-e2e.out" 2>&1 || {
+    tail -n 40 "$LOGS/kubernetes-e2e.out" >&2
+    die "the demo on the control plane failed (output: $LOGS/kubernetes-e2e.out)"
+  }
+  grep -E '^   Kubernetes:' "$LOGS/kubernetes-e2e.out" || true
+  "$tools_python" "$REPO_ROOT/helm/tests/test_fidelity.py" --report "$out/e2e/latest.json" \
+    --sluice-lag "$target/debug/sluice-lag" --out "$LOGS/kubernetes-fidelity.json" || die "the real HPA's run failed its checks"
+  rm -rf "$out"
+}
+
 # --- running them ---------------------------------------------------------------------
 
 RESULTS=() FAILED=() STATUS=0
@@ -421,7 +463,7 @@ finish() {
 part=${1:-all}
 (($# == 0)) || shift
 case $part in
-  all | static | unit | conformance | integration | bench-smoke | demo-smoke | chart | soak) (($# == 0)) || usage ;;
+  all | static | unit | conformance | integration | bench-smoke | demo-smoke | chart | kubernetes | soak) (($# == 0)) || usage ;;
   cargo) ;;
   *)
     printf 'test.sh: unknown part: %s\n' "$part" >&2
@@ -431,7 +473,7 @@ esac
 
 need_cargo
 [[ $part == static ]] || need_build
-case $part in integration | conformance | cargo | bench-smoke | demo-smoke | chart | soak | all) need_java ;; esac
+case $part in integration | conformance | cargo | bench-smoke | demo-smoke | chart | kubernetes | soak | all) need_java ;; esac
 mkdir -p "$LOGS"
 rm -f "$LOGS"/cargo-*.log
 
@@ -443,6 +485,7 @@ case $part in
     run_part conformance part_conformance
     run_part bench-smoke part_bench_smoke
     run_part chart part_chart
+    run_part kubernetes part_kubernetes
     run_part integration part_integration
     run_part soak part_soak
     ;;

@@ -5,7 +5,7 @@
 
 REPO_ROOT=$(cd "$HERE/../.." && pwd)
 DIR=$(realpath -m "${SLUICE_CLUSTER_DIR:-$REPO_ROOT/.stack/cluster}")
-PORT=${SLUICE_CLUSTER_PORT:-36443}
+PORT=${SLUICE_CLUSTER_PORT:-23443}
 [[ $PORT =~ ^[0-9]+$ ]] && ((PORT > 1024 && PORT < 65525)) || die "SLUICE_CLUSTER_PORT must be a port between 1025 and 65524 (got '$PORT')"
 ETCD_PORT=$((PORT + 1)) ETCD_PEER_PORT=$((PORT + 2)) ADAPTER_PORT=$((PORT + 3)) WEBHOOKS_PORT=$((PORT + 4))
 GRPC_PORT=$((PORT + 5)) OPERATOR_METRICS=$((PORT + 6)) OPERATOR_PROBE=$((PORT + 7))
@@ -38,7 +38,8 @@ start() { # name args…
   local name=$1
   shift
   [[ -n $(pid_of "$name") ]] && return 0
-  setsid "$BIN/$name" "$@" >>"$DIR/logs/$name.log" 2>&1 </dev/null &
+  # 9 is the dir's lock: a process that kept it would block every later up and down.
+  setsid "$BIN/$name" "$@" >>"$DIR/logs/$name.log" 2>&1 </dev/null 9>&- &
   echo $! >"$DIR/$name.pid"
 }
 

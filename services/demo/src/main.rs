@@ -279,8 +279,8 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
         system.start_processor()?;
     }
     say(&format!(
-        "== ingest ×2 (active/standby), {first} processor(s); traffic {} tx/s for {} s (bursts ×4 for 6 s every 60 s)",
-        args.rate, args.seconds
+        "== ingest ×2 (active/standby), {first} processor(s); traffic {} tx/s for {} s (bursts ×{} for {} s every {} s)",
+        args.rate, args.seconds, args.burst_factor, args.burst_seconds, args.burst_every_seconds
     ));
     let mut scaler = Autoscaler::new(policy, (args.sync_seconds * 1000) as i64);
     match (&system.kube, system.lag_scaler) {
@@ -515,6 +515,11 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
         scale_down_seconds: scaled_down_after.map(|d| d.as_secs_f64()),
         peak_processors: timeline.iter().map(|s| s.processors).max().unwrap_or(0),
         autoscaler,
+        values_files: std::iter::once(&args.values)
+            .chain(&args.values_override)
+            .map(|p| p.display().to_string())
+            .collect(),
+        values_set: autoscale::helm_sets(&overrides),
         summary,
         scaling: decisions,
         timeline,

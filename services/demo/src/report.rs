@@ -106,6 +106,10 @@ pub struct Report {
     pub peak_processors: u32,
     /// Who scaled the processors: the stand-in engine or a real control plane.
     pub autoscaler: String,
+    /// The chart values the policy came from, in helm's order: these files, then these
+    /// `--set` pairs (`sluice-lag simulate` replays the run with the same policy).
+    pub values_files: Vec<String>,
+    pub values_set: Vec<(String, String)>,
     pub summary: Summary,
     pub scaling: Vec<Scaled>,
     pub timeline: Vec<Sample>,
