@@ -271,12 +271,37 @@ def admin_token(env, ns, name):
     return secret and secret["data"].get("admin-token")
 
 
+# Made by the release's objects, not by helm: KEDA's HPA, the Deployments' ReplicaSets and pods.
+DERIVED = {"HorizontalPodAutoscaler", "ReplicaSet", "Pod"}
+
+
+def strays(env, ns, release):
+    """Objects in the namespace that the release's current manifest does not hold."""
+    manifest = env.helm("get", "manifest", release, "-n", ns).stdout
+    held = {(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(manifest) if d}
+    # Helm's own record of each revision is a Secret too (sh.helm.release.v1.<release>.v<N>).
+    return [f"{kind}/{name}" for kind, name in (o.split("/", 1) for o in leftovers(env, ns, release))
+            if kind not in DERIVED and (kind, name) not in held
+            and not (kind == "Secret" and name.startswith(f"sh.helm.release.v1.{release}."))]
+
+
 def upgrade_checks(env, scenario, ns, release, extra, sets, keda):
-    """An upgrade: the HPA follows the new maxReplicas, the chart-made admin token stays."""
+    """An upgrade: the HPA follows the new maxReplicas, the chart-made admin token stays, and
+    what the new values drop is deleted (the defaults upgrade to monitoring off)."""
     token_before = admin_token(env, ns, f"{release}-scheduler-admin")
-    out = env.helm("upgrade", release, str(CHART), "-n", ns, *extra, *sets, "--set", "processor.autoscaling.maxReplicas=5")
+    dropped = ["-f", str(CHART / "ci" / "monitoring-off-values.yaml")] if scenario == "defaults" else []
+    before = set(leftovers(env, ns, release))
+    out = env.helm("upgrade", release, str(CHART), "-n", ns, *extra, *dropped, *sets,
+                   "--set", "processor.autoscaling.maxReplicas=5")
     if not check(out.returncode == 0, f"{scenario}: helm upgrade" + ("" if out.returncode == 0 else f": {out.stderr.strip()}")):
         return
+    left = strays(env, ns, release)
+    check(not left, f"{scenario}: helm upgrade left no object its new manifest lacks" + (f": {left}" if left else ""))
+    if dropped:
+        gone = {f"PodMonitor/{release}", f"PrometheusRule/{release}", f"ConfigMap/{release}-dashboard"}
+        after = set(leftovers(env, ns, release))
+        check(gone <= before and not gone & after,
+              f"{scenario}: helm upgrade to monitoring off deleted {sorted(gone & before)} (left: {sorted(gone & after)})")
     if keda:
         path = env.kube.path("autoscaling/v2", "HorizontalPodAutoscaler", f"keda-hpa-{release}-processor", ns)
         try:

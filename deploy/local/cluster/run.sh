@@ -40,7 +40,16 @@ start() { # name args…
   [[ -n $(pid_of "$name") ]] && return 0
   # 9 is the dir's lock: a process that kept it would block every later up and down.
   setsid "$BIN/$name" "$@" >>"$DIR/logs/$name.log" 2>&1 </dev/null 9>&- &
-  echo $! >"$DIR/$name.pid"
+  local pid=$! deadline=$((SECONDS + 10))
+  echo "$pid" >"$DIR/$name.pid"
+  # Until setsid has exec'd the binary, /proc shows the shell: wait for it, or for its end.
+  until is_ours "$name" "$pid"; do
+    local state=""
+    [[ -r /proc/$pid/stat ]] && read -r _ _ state _ <"/proc/$pid/stat"
+    [[ -n $state && $state != Z ]] || fail_with_log "$name exited at once" "$name"
+    ((SECONDS < deadline)) || die "$name (pid $pid) did not start within 10 s"
+    sleep 0.05
+  done
 }
 
 stop() { # name
@@ -84,7 +93,12 @@ certificate() { # ca name subject san usage
 # Certificates, the service-account key and the admin token: once per cluster dir.
 ensure_pki() {
   [[ -f $PKI/done ]] && return 0
-  command -v openssl >/dev/null || die "openssl is missing (Debian's openssl package makes the cluster's certificates)"
+  if ! command -v openssl >/dev/null; then
+    [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null || die "openssl is missing: install Debian's openssl package (it makes the cluster's certificates)"
+    echo "installing Debian's openssl package (the cluster's certificates)"
+    { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q openssl; } >"$DIR/logs/apt-openssl.log" 2>&1 \
+      || fail_with_log "installing openssl failed" apt-openssl
+  fi
   rm -rf "$PKI" && mkdir -p "$PKI/keda" "$PKI/scaler-ca"
   local ca
   for ca in ca front-proxy-ca; do

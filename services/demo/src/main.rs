@@ -224,22 +224,7 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
         extra: autoscale::parse_sets(&args.sets).map_err(anyhow::Error::msg)?,
     };
     let policy = autoscale::policy(&args.values, &args.values_override, &overrides).map_err(anyhow::Error::msg)?;
-    let mut kube_version = None;
-    if args.kubernetes {
-        let kubeconfig = args.kubeconfig.as_deref().context(
-            "--kubernetes needs the cluster's kubeconfig (--kubeconfig or KUBECONFIG; deploy/local/cluster.sh env)",
-        )?;
-        let cluster = kubernetes::Cluster::new(kubeconfig, &args.helm, &args.chart, &args.namespace)?;
-        let version = cluster.version().context("asking the API server its version")?;
-        say(&format!(
-            "== Kubernetes {version}: installing the chart ({}) as release {} in namespace {} with helm",
-            args.chart.display(),
-            cluster.release,
-            cluster.namespace
-        ));
-        system.install_release(cluster, autoscale::helm_sets(&overrides)).context("installing the chart")?;
-        kube_version = Some(version);
-    }
+    let kube_version = if args.kubernetes { Some(install_release(system, &overrides)?) } else { None };
     let grpc = system.start_scheduler(0)?;
     system.start_scheduler(1)?;
     system.start_lag()?;
@@ -289,20 +274,7 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
             scaler.connect(addr, &names.group).await.context("connecting to sluice-lag's scaler as KEDA would")?;
         }
     }
-    let autoscaler = match (&chaos, &kube_version) {
-        (Some(_), _) => "none (the chaos soak: 3 processors throughout)".to_string(),
-        (None, Some(version)) => format!(
-            "Kubernetes {version}: KEDA's operator made an HPA from the chart's ScaledObject ({}), \
-             kube-controller-manager's HPA controller wrote the processor Deployment's replicas, \
-             the demo ran them (the replica follower)",
-            scaler.describe()
-        ),
-        (None, None) => format!(
-            "stand-in: the chart's policy on sluice-scaling's engine ({}), sync every {} s",
-            scaler.describe(),
-            args.sync_seconds
-        ),
-    };
+    let autoscaler = describe_autoscaler(chaos.is_some(), kube_version.as_deref(), &scaler, args.sync_seconds);
     if chaos.is_some() {
         say("== chaos soak: exactly-once outputs, no autoscaler; faults on a timetable (sluice-demo's chaos.rs)");
     } else {
@@ -532,6 +504,41 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
     say(&report::summary_text(&full));
     say(&format!("report: {}", path.display()));
     Ok(full.passed())
+}
+
+/// `--kubernetes`: installs the chart into the cluster the kubeconfig names; its version.
+fn install_release(system: &mut System, overrides: &Overrides) -> anyhow::Result<String> {
+    let args = system.args.clone();
+    let kubeconfig = args.kubeconfig.as_deref().context(
+        "--kubernetes needs the cluster's kubeconfig (--kubeconfig or KUBECONFIG; deploy/local/cluster.sh env)",
+    )?;
+    let cluster = kubernetes::Cluster::new(kubeconfig, &args.helm, &args.chart, &args.namespace)?;
+    let version = cluster.version().context("asking the API server its version")?;
+    say(&format!(
+        "== Kubernetes {version}: installing the chart ({}) as release {} in namespace {} with helm",
+        args.chart.display(),
+        cluster.release,
+        cluster.namespace
+    ));
+    system.install_release(cluster, autoscale::helm_sets(overrides)).context("installing the chart")?;
+    Ok(version)
+}
+
+/// Who scales the processors, for the output and the report.
+fn describe_autoscaler(chaos: bool, kube_version: Option<&str>, scaler: &Autoscaler, sync_seconds: u64) -> String {
+    match (chaos, kube_version) {
+        (true, _) => "none (the chaos soak: 3 processors throughout)".to_string(),
+        (false, Some(version)) => format!(
+            "Kubernetes {version}: KEDA's operator made an HPA from the chart's ScaledObject ({}), \
+             kube-controller-manager's HPA controller wrote the processor Deployment's replicas, \
+             the demo ran them (the replica follower)",
+            scaler.describe()
+        ),
+        (false, None) => format!(
+            "stand-in: the chart's policy on sluice-scaling's engine ({}), sync every {sync_seconds} s",
+            scaler.describe()
+        ),
+    }
 }
 
 /// The replica follower's step: the processor Deployment's `spec.replicas` (written by the

@@ -110,7 +110,7 @@ async fn a_holder_paused_after_a_repair_landed_is_not_run_again() {
     })
     .await;
     assert_eq!((ended.applied, ended.stale_writes), (1, 1), "{ended:?}\n{}", a.log_tail());
-    assert_eq!(a.metric("sluice_scheduler_stale_writes_rejected_total", "pool-reconcile"), 1.0);
+    assert_eq!(a.metric_reaching("sluice_scheduler_stale_writes_rejected_total", "pool-reconcile", 1.0).await, 1.0);
     let runs = store.all_runs("pool-reconcile").await.expect("runs");
     assert_eq!(of_tick(&runs), vec![("applied-a".to_string(), Outcome::LostClaim, 1)], "{runs:#?}");
     // The next tick repairs the slow pool.
@@ -177,8 +177,8 @@ async fn a_paused_holder_cannot_write_after_its_tick_was_taken_over() {
     .await;
     assert_eq!(stale.outcome, Outcome::LostClaim, "{stale:?}\n{}", a.log_tail());
     assert_eq!(stale.stale_writes, 1, "the paused holder's repair was refused: {stale:?}\n{}", a.log_tail());
-    assert_eq!(a.metric("sluice_scheduler_stale_writes_rejected_total", "pool-reconcile"), 1.0);
-    assert_eq!(a.metric("sluice_scheduler_claims_lost_total", "pool-reconcile"), 1.0);
+    assert_eq!(a.metric_reaching("sluice_scheduler_stale_writes_rejected_total", "pool-reconcile", 1.0).await, 1.0);
+    assert_eq!(a.metric_reaching("sluice_scheduler_claims_lost_total", "pool-reconcile", 1.0).await, 1.0);
     assert_eq!(
         sluice_dex::state::read_pool(&mut conn, &prefix, &slow).await.expect("read"),
         repaired,

@@ -109,8 +109,8 @@ async fn check_pause_and_history(api: &mut Api, replica: &Replica) {
     let runs = api.get_runs(request).await.expect("GetRuns").into_inner().runs;
     let outcomes: Vec<(&str, u64)> = runs.iter().map(|r| (r.outcome.as_str(), r.applied)).collect();
     assert_eq!(outcomes, [("skipped", 0), ("succeeded", 0), ("succeeded", 3)], "newest first: {runs:#?}");
-    assert_eq!(replica.metric("sluice_scheduler_drift_repaired_total", "pool-reconcile"), 3.0);
-    assert_eq!(replica.metric("sluice_scheduler_runs_total", "outcome=\"succeeded\""), 2.0);
+    assert_eq!(replica.metric_reaching("sluice_scheduler_drift_repaired_total", "pool-reconcile", 3.0).await, 3.0);
+    assert_eq!(replica.metric_reaching("sluice_scheduler_runs_total", "outcome=\"succeeded\"", 2.0).await, 2.0);
 }
 
 /// The same API from a shell.

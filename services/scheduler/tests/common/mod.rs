@@ -247,6 +247,19 @@ impl Replica {
         sluice_testkit::metric(&body, name, labels)
     }
 
+    /// The metric once it reads `want`, or what it read last after 5 s: a run's metrics are
+    /// emitted just after its record is written, so a test that saw the record may be early.
+    pub async fn metric_reaching(&self, name: &str, labels: &str, want: f64) -> f64 {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let value = self.metric(name, labels);
+            if value == want || Instant::now() >= deadline {
+                return value;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// The last 40 lines of its log (of every run), also once it is stopped.
     pub fn log_tail(&self) -> String {
         log_tail(&self.log, 40)
