@@ -1,6 +1,6 @@
 //! The demo's command line.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Parser;
 
@@ -100,4 +100,11 @@ pub struct Args {
     /// restarts its broker and Redis.
     #[arg(long, env = "SLUICE_STACK_DIR")]
     pub stack_dir: Option<PathBuf>,
+}
+
+impl Args {
+    /// The values files in helm's order: `--values`, then each `-f` over it.
+    pub fn values_files(&self) -> Vec<&Path> {
+        std::iter::once(&self.values).chain(&self.values_override).map(PathBuf::as_path).collect()
+    }
 }

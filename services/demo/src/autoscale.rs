@@ -64,20 +64,21 @@ fn override_values(o: &Overrides) -> serde_json::Value {
     v
 }
 
-/// The policy the demo runs: the values file, the override files merged over it in order
-/// and the flags over them (helm's order: `-f` files, then `--set`).
-pub fn policy(values_file: &Path, override_files: &[std::path::PathBuf], o: &Overrides) -> Result<Policy, String> {
+/// The policy the demo runs: the values files in helm's order (the chart's first, each
+/// later one merged over it) and the flags over them (helm's order: `-f` files, then `--set`).
+pub fn policy(files: &[&Path], o: &Overrides) -> Result<Policy, String> {
+    let (base, overrides) = files.split_first().ok_or("no values file")?;
     let read = |file: &Path| {
         let name = file.display().to_string();
         let text = std::fs::read_to_string(file).map_err(|e| format!("reading {name}: {e}"))?;
         values::parse_yaml(&name, &text)
     };
-    let mut v = read(values_file)?;
-    for file in override_files {
+    let mut v = read(base)?;
+    for file in overrides {
         values::merge(&mut v, read(file)?);
     }
     values::merge(&mut v, override_values(o));
-    values::policy(&values_file.display().to_string(), &v)
+    values::policy(&base.display().to_string(), &v)
 }
 
 /// The same overrides as `helm --set` pairs (`processor.autoscaling.maxReplicas`, …).
@@ -251,7 +252,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_demo_runs_the_chart_s_policy_with_its_overrides() {
-        let p = policy(&chart(), &[], &overrides(Some("kafka"))).expect("the chart's values");
+        let p = policy(&[&chart()], &overrides(Some("kafka"))).expect("the chart's values");
         assert_eq!((p.max_replicas, p.partitions), (6, 12));
         let b = p.behavior.clone().expect("the chart's behavior");
         assert_eq!(b.scale_down.and_then(|d| d.stabilization_window_seconds), Some(30));
@@ -279,7 +280,7 @@ mod tests {
         let mut o = overrides(Some("timeLag"));
         o.extra = parse_sets(&["processor.autoscaling.timeLag.targetSeconds=7".into()]).expect("KEY=VALUE");
         assert!(helm_sets(&o).contains(&("processor.autoscaling.timeLag.targetSeconds".into(), "7".into())));
-        let p = policy(&chart(), &[], &o).expect("values");
+        let p = policy(&[&chart()], &o).expect("values");
         assert!(
             matches!(p.trigger, PolicyTrigger::Sluice(Trigger::TimeLag { target_seconds }) if target_seconds == 7.0)
         );
@@ -288,17 +289,17 @@ mod tests {
 
     #[test]
     fn the_chart_s_default_is_sluice_s_time_lag_trigger() {
-        let p = policy(&chart(), &[], &overrides(None)).expect("the chart's values");
+        let p = policy(&[&chart()], &overrides(None)).expect("the chart's values");
         assert!(matches!(p.trigger, PolicyTrigger::Sluice(Trigger::TimeLag { .. })), "{:?}", p.trigger);
     }
 
     #[test]
     fn a_trigger_of_sluice_s_scaler_gets_the_metadata_the_chart_renders_and_sluice_lag_reads() {
-        let p = policy(&chart(), &[], &overrides(Some("timeLag"))).expect("values");
+        let p = policy(&[&chart()], &overrides(Some("timeLag"))).expect("values");
         let meta = trigger_metadata(&p, "g");
         let spec = sluice_lag::scaler::TriggerSpec::from_metadata(&meta).expect("sluice-lag reads it");
         assert_eq!(spec.settings.trigger, Trigger::TimeLag { target_seconds: 30.0 });
         assert_eq!((spec.settings.hpa_tolerance, spec.max_replicas, spec.count_uncommitted), (0.1, Some(6), true));
-        assert!(policy(&chart(), &[], &overrides(Some("cpu"))).is_err());
+        assert!(policy(&[&chart()], &overrides(Some("cpu"))).is_err());
     }
 }

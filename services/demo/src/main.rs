@@ -223,7 +223,7 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
         trigger: args.trigger.clone(),
         extra: autoscale::parse_sets(&args.sets).map_err(anyhow::Error::msg)?,
     };
-    let policy = autoscale::policy(&args.values, &args.values_override, &overrides).map_err(anyhow::Error::msg)?;
+    let policy = autoscale::policy(&args.values_files(), &overrides).map_err(anyhow::Error::msg)?;
     let kube_version = if args.kubernetes { Some(install_release(system, &overrides)?) } else { None };
     let grpc = system.start_scheduler(0)?;
     system.start_scheduler(1)?;
@@ -487,10 +487,7 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
         scale_down_seconds: scaled_down_after.map(|d| d.as_secs_f64()),
         peak_processors: timeline.iter().map(|s| s.processors).max().unwrap_or(0),
         autoscaler,
-        values_files: std::iter::once(&args.values)
-            .chain(&args.values_override)
-            .map(|p| p.display().to_string())
-            .collect(),
+        values_files: args.values_files().iter().map(|p| p.display().to_string()).collect(),
         values_set: autoscale::helm_sets(&overrides),
         summary,
         scaling: decisions,

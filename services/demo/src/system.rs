@@ -89,9 +89,7 @@ impl System {
         .map(|(k, v)| (k.to_string(), v))
         .collect();
         all.extend(sets);
-        let files: Vec<&std::path::Path> =
-            std::iter::once(&self.args.values).chain(&self.args.values_override).map(|p| p.as_path()).collect();
-        cluster.install(&files, &all)?;
+        cluster.install(&self.args.values_files(), &all)?;
         self.kube = Some(cluster);
         Ok(())
     }
