@@ -5,7 +5,7 @@ Only the standard library and PyYAML (tools.sh's venv): the kubeconfig cluster.s
 resource found by discovery, GET/DELETE/PATCH of one path, and waiting for a condition.
 
     kube.py --kubeconfig FILE apply FILE…         server-side apply of every document
-    kube.py --kubeconfig FILE get PATH            print one object (JSON)
+    kube.py --kubeconfig FILE get PATH            print one object (JSON) or a plain-text answer
     kube.py --kubeconfig FILE wait PATH TYPE      wait until the object's condition TYPE is True
 """
 
@@ -57,9 +57,11 @@ class Kube:
         try:
             with urllib.request.urlopen(req, context=self.context, timeout=timeout) as r:
                 text = r.read().decode()
+                is_json = r.headers.get_content_type() == "application/json"
         except urllib.error.HTTPError as e:
             raise ApiError(e.code, method, path, e.read().decode()) from None
-        return json.loads(text) if text else None
+        # Objects are JSON; the health endpoints (/readyz) answer plain text.
+        return (json.loads(text) if is_json else text) if text else None
 
     def get(self, path):
         return self.request("GET", path)
@@ -150,7 +152,8 @@ def main():
                         if doc:
                             kube.apply(doc)
         elif args.command == "get":
-            print(json.dumps(kube.get(args.path), indent=2))
+            answer = kube.get(args.path)
+            print(answer if isinstance(answer, str) else json.dumps(answer, indent=2))
         else:
 
             def true_now():

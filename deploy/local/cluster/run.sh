@@ -139,19 +139,7 @@ EOF
 }
 
 api_ready() {
-  [[ $(curl_api /readyz) == ok ]]
-}
-
-# GET PATH from the API server with the admin token (python: no curl needed).
-curl_api() {
-  "$PYTHON" - "$KUBECONFIG_FILE" "$1" <<'EOF'
-import ssl, sys, urllib.request, yaml
-c = yaml.safe_load(open(sys.argv[1]))
-ctx = ssl.create_default_context(cafile=c["clusters"][0]["cluster"]["certificate-authority"])
-req = urllib.request.Request(c["clusters"][0]["cluster"]["server"] + sys.argv[2])
-req.add_header("Authorization", "Bearer " + c["users"][0]["user"]["token"])
-print(urllib.request.urlopen(req, context=ctx, timeout=3).read().decode())
-EOF
+  [[ $(kube get /readyz 2>/dev/null) == ok ]]
 }
 
 kube() { "$PYTHON" "$MODULES/kube.py" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
