@@ -342,6 +342,13 @@ def lag_scale(name, r):
     )
 
 
+def save(fig, path):
+    """Every plot's ending: laid out, written at 110 dpi, closed."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plot_lag_scale(r, path):
     f = r["figures"]
     fig, ax = plt.subplots(figsize=(6.5, 4))
@@ -361,9 +368,7 @@ def plot_lag_scale(r, path):
     ax.set_title(f"sluice-lag: {f['group_partitions']:,} group-partitions, {len(f['runs'])} runs")
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, 0.9), ncol=2)
     ax.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 SECTIONS = {
@@ -411,9 +416,7 @@ def plot_contention(r, path):
         ax.set_title(c["what"], fontsize=9)
         ax.legend(fontsize=8)
     fig.suptitle("Contention: latency distribution before → after")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def plot_barrier(r, path):
@@ -431,9 +434,7 @@ def plot_barrier(r, path):
     ax.set_yscale("log")
     ax.set_title("Barrier vs pipeline, 1% of items 100× slower")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def plot_drain(r, path):
@@ -450,9 +451,7 @@ def plot_drain(r, path):
     ax.set_title("Lag drain")
     ax.legend()
     ax.grid(True, alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def plot_stress(reports, path):
@@ -464,9 +463,7 @@ def plot_stress(reports, path):
     percentile_axis(ax, "latency, ms")
     ax.set_title("Stress harness: latency distribution per mode")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def policy_label(name):
@@ -526,9 +523,7 @@ def plot_kubernetes(r, path):
     ax.set_title("The same burst: the real HPA against the simulator")
     ax.legend()
     ax.grid(True, alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def plot_autoscaling(r, path):
@@ -550,9 +545,7 @@ def plot_autoscaling(r, path):
     for ax in axes:
         ax.grid(True, alpha=0.3)
     axes[0].set_title("Autoscaling policies on the same recorded trace (sluice-lag simulate)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def render(results, readme_path):
