@@ -176,10 +176,15 @@ def behavior_equal(hpa_behavior, values_behavior):
     return None
 
 
+def hpa_name(fullname):
+    """The name the chart gives KEDA's HPA (within the 63 characters KEDA's webhook allows)."""
+    return f"keda-hpa-{fullname[:44].rstrip('-')}-processor"
+
+
 def hpa_checks(env, scenario, ns, values, fullname, so):
     """KEDA made an HPA whose bounds, behavior and metric are the values'."""
     a = values["processor"]["autoscaling"]
-    name = f"keda-hpa-{fullname[:44].rstrip('-')}-processor"
+    name = hpa_name(fullname)
     path = env.kube.path("autoscaling/v2", "HorizontalPodAutoscaler", name, ns)
     so_path = env.kube.path("keda.sh/v1alpha1", "ScaledObject", so, ns)
     try:
@@ -303,7 +308,7 @@ def upgrade_checks(env, scenario, ns, release, extra, sets, keda):
         check(gone <= before and not gone & after,
               f"{scenario}: helm upgrade to monitoring off deleted {sorted(gone & before)} (left: {sorted(gone & after)})")
     if keda:
-        path = env.kube.path("autoscaling/v2", "HorizontalPodAutoscaler", f"keda-hpa-{release}-processor", ns)
+        path = env.kube.path("autoscaling/v2", "HorizontalPodAutoscaler", hpa_name(release), ns)
         try:
             wait(f"{scenario}: the HPA after the upgrade", lambda: env.kube.get(path)["spec"]["maxReplicas"] == 5, 60)
             check(True, f"{scenario}: helm upgrade: KEDA moved the HPA's maxReplicas to 5")
