@@ -2,16 +2,20 @@
 # The main job: the whole system on this machine. Brings up the local stack (a real Kafka
 # and a real Redis), runs chainsim, two ingest instances (active/standby), two scheduler
 # replicas and the processors (added and removed by the chart's autoscaling policy on
-# sluice-scaling's engine: KEDA's and the HPA's arithmetic; with --kubernetes by the real KEDA
-# and HPA on a local control plane), drives traffic, shows a live view, then drains and checks the result
-# against the chain. Writes results/demo/<run>.json and .png.
+# sluice-scaling's engine: KEDA's and the HPA's arithmetic; with --kubernetes the chart's pods
+# on a local cluster's node, scaled by the real KEDA and HPA), drives traffic, shows a live
+# view, then drains and checks the result against the chain. Writes results/demo/<run>.json
+# and .png.
 #
 # Usage: deploy/local/demo.sh [--seconds N] [--rate TX_PER_SEC] [--kubernetes] [--keep] [sluice-demo options]
 #   --seconds N   how long the chain's traffic runs (default 120)
 #   --rate R      average transactions per second outside bursts (default 2000)
-#   --kubernetes  scale with a real control plane instead of the stand-in: deploy/local/cluster.sh
-#                 (kube-apiserver, the HPA controller, KEDA; built once, minutes the first time),
-#                 the chart installed with helm, the processors the HPA asks for run here
+#   --kubernetes  the system as its users run it: deploy/local/cluster.sh (a control plane, KEDA
+#                 and a node; built once, minutes the first time), the images built from the
+#                 release binaries and pushed to the cluster's registry (deploy/images/build.sh),
+#                 the chart installed with helm: the ingest, scheduler, processors and sluice-lag
+#                 run as pods (CPU requests lowered to fit the 2-core node:
+#                 deploy/local/cluster/node-values.yaml), KEDA and the HPA scale the processors
 #   --keep        leave the stack (and the cluster) running afterwards (default: stop what this
 #                 run started)
 #   other options go to sluice-demo (--max-processors, --lag-threshold, --sync-seconds, …;
@@ -58,15 +62,26 @@ stop() {
 trap stop EXIT
 
 echo "== bringing up the local stack"
+if ((kubernetes)); then
+  # The pods reach the broker and Redis on the node's address (the default route's).
+  SLUICE_STACK_POD_ADDRESS=${SLUICE_STACK_POD_ADDRESS:-$(ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p')}
+  export SLUICE_STACK_POD_ADDRESS
+fi
 "$HERE/stack.sh" up
 eval "$("$HERE/stack.sh" env)"
 export SLUICE_KAFKA_BROKERS SLUICE_REDIS_URL
 if ((kubernetes)); then
-  echo "== bringing up the Kubernetes control plane (deploy/local/cluster.sh; the first build takes several minutes)"
+  [[ -n ${SLUICE_KAFKA_POD_BROKERS:-} ]] \
+    || { echo "demo.sh: the running stack does not listen for pods: run 'deploy/local/stack.sh down' first" >&2; exit 1; }
+  export SLUICE_KAFKA_POD_BROKERS SLUICE_REDIS_POD_URL
+  echo "== bringing up the Kubernetes cluster (deploy/local/cluster.sh; the first build takes several minutes)"
   if ! "$HERE/cluster.sh" status >/dev/null 2>&1; then cluster_started=1; fi
   "$HERE/cluster.sh" up
   eval "$("$HERE/cluster.sh" env)"
-  args+=(--kubernetes --helm "$("$HERE/tools.sh" helm)")
+  echo "== the images, from the release binaries, pushed to the cluster's registry $SLUICE_REGISTRY"
+  "$REPO_ROOT/deploy/images/build.sh" --binaries "$target_dir/release" --push "$SLUICE_REGISTRY/sluice" --push-insecure
+  args+=(--kubernetes --helm "$("$HERE/tools.sh" helm)" --image-registry "$SLUICE_REGISTRY/sluice"
+    -f "$HERE/cluster/node-values.yaml")
 fi
 
 rc=0

@@ -25,6 +25,14 @@
 #                                                         and SCRAM-SHA-512/256 (user sluice)
 #   SLUICE_KAFKA_JMX_PORT         kafka port + 7          the broker's JMX (127.0.0.1, no auth: its
 #                                                         request metrics, read by the benchmarks)
+#   SLUICE_STACK_POD_ADDRESS      unset                   an address of this machine that pods on
+#                                                         its node reach (cluster.sh: the node's):
+#                                                         Kafka also listens and advertises
+#                                                         there, PLAINTEXT on kafka port + 6 and
+#                                                         SASL_SSL on + 8 (its certificate then
+#                                                         names that address too),
+#                                                         Redis also binds there (protected mode
+#                                                         off: no password, a test stack)
 #   SLUICE_REDIS_PORT             6379
 #   SLUICE_KAFKA_HEAP             512m                    broker -Xmx/-Xms
 #   SLUICE_KAFKA_VERSION          4.1.1                   org.apache.kafka:kafka_2.13 (4.x)
@@ -55,6 +63,9 @@ CONTROLLER_PORT=${SLUICE_KAFKA_CONTROLLER_PORT:-$((KAFKA_PORT + 1))}
 SECURE_PORT=${SLUICE_KAFKA_SECURE_PORT:-$((KAFKA_PORT + 3))}
 # +7: clear of the services' admin ports (9090, 9094, 9096 locally).
 JMX_PORT=${SLUICE_KAFKA_JMX_PORT:-$((KAFKA_PORT + 7))}
+# +6: the listener for pods (SLUICE_STACK_POD_ADDRESS), clear of the admin ports too.
+POD_ADDRESS=${SLUICE_STACK_POD_ADDRESS:-}
+POD_PORT=$((KAFKA_PORT + 6)) POD_SECURE_PORT=$((KAFKA_PORT + 8))
 # The SASL_SSL listener's one user, for tests of the TLS and SCRAM paths (not a secret:
 # the listener is on 127.0.0.1 and the stack is for tests and demos).
 SASL_USER=sluice
@@ -78,6 +89,7 @@ check_config() {
     { warn "the five ports (Kafka, controller, SASL_SSL, JMX, Redis) must differ"; bad=1; }
   [[ $KAFKA_HEAP =~ ^[0-9]+[kKmMgG]?$ ]] || { warn "SLUICE_KAFKA_HEAP=$KAFKA_HEAP is not a JVM size like 512m"; bad=1; }
   [[ $KAFKA_VERSION =~ ^4\.[0-9]+\.[0-9]+$ ]] || { warn "SLUICE_KAFKA_VERSION=$KAFKA_VERSION is not a 4.x.y version"; bad=1; }
+  [[ -z $POD_ADDRESS || $POD_ADDRESS =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]] || { warn "SLUICE_STACK_POD_ADDRESS=$POD_ADDRESS is not an IPv4 address"; bad=1; }
   [[ $PARTITIONS =~ ^[1-9][0-9]*$ ]] || { warn "SLUICE_TOPIC_PARTITIONS=$PARTITIONS is not a positive number"; bad=1; }
   [[ $START_TIMEOUT =~ ^[1-9][0-9]*$ ]] || { warn "SLUICE_KAFKA_START_TIMEOUT=$START_TIMEOUT is not a number of seconds"; bad=1; }
   ((bad == 0)) || exit 2
@@ -93,9 +105,9 @@ write_server_properties() {
 # Written by deploy/local/stack.sh on every start; edits are overwritten.
 process.roles=broker,controller
 node.id=1
-listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT,SASL_SSL://127.0.0.1:$SECURE_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SASL_SSL://127.0.0.1:$SECURE_PORT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT,SASL_SSL://127.0.0.1:$SECURE_PORT${POD_ADDRESS:+,PODS://$POD_ADDRESS:$POD_PORT,PODS_SECURE://$POD_ADDRESS:$POD_SECURE_PORT}
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SASL_SSL://127.0.0.1:$SECURE_PORT${POD_ADDRESS:+,PODS://$POD_ADDRESS:$POD_PORT,PODS_SECURE://$POD_ADDRESS:$POD_SECURE_PORT}
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL,PODS:PLAINTEXT,PODS_SECURE:SASL_SSL
 # The SASL_SSL listener: TLS with the stack's self-signed certificate, SCRAM users kept in
 # the cluster metadata (added at format time, or by ensure_scram_user).
 ssl.keystore.type=PKCS12
@@ -105,6 +117,8 @@ ssl.key.password=$TLS_PASSWORD
 sasl.enabled.mechanisms=SCRAM-SHA-512,SCRAM-SHA-256
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.pods_secure.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.pods_secure.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
 # Static voter set: unlike --standalone it keeps no endpoint in the formatted log, so
@@ -136,7 +150,7 @@ EOF
 save_config() {
   printf '%s\n' "SLUICE_KAFKA_PORT=$KAFKA_PORT" "SLUICE_REDIS_PORT=$REDIS_PORT" \
     "SLUICE_KAFKA_HEAP=$KAFKA_HEAP" "SLUICE_KAFKA_VERSION=$KAFKA_VERSION" \
-    "SLUICE_TOPIC_PARTITIONS=$PARTITIONS" \
+    "SLUICE_TOPIC_PARTITIONS=$PARTITIONS" ${POD_ADDRESS:+"SLUICE_STACK_POD_ADDRESS=$POD_ADDRESS"} \
     ${SLUICE_KAFKA_CONTROLLER_PORT:+"SLUICE_KAFKA_CONTROLLER_PORT=$CONTROLLER_PORT"} \
     ${SLUICE_KAFKA_SECURE_PORT:+"SLUICE_KAFKA_SECURE_PORT=$SECURE_PORT"} \
     ${SLUICE_KAFKA_JMX_PORT:+"SLUICE_KAFKA_JMX_PORT=$JMX_PORT"} >"$SAVED_ENV"
@@ -146,8 +160,10 @@ save_config() {
 # the append-only file, fsynced each second (a crash of Redis loses nothing, one of the
 # machine at most a second), no snapshots, and no eviction (an evicted key is state lost).
 start_redis() {
-  log "starting redis on 127.0.0.1:$REDIS_PORT"
-  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" \
+  log "starting redis on 127.0.0.1${POD_ADDRESS:+ and $POD_ADDRESS}:$REDIS_PORT"
+  # A second address is not loopback: protected mode would refuse it without a password.
+  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 ${POD_ADDRESS:+"$POD_ADDRESS"} --save "" \
+    ${POD_ADDRESS:+--protected-mode no} \
     --appendonly yes --appendfsync everysec --maxmemory-policy noeviction \
     --daemonize yes --pidfile "$STACK_DIR/redis.pid" \
     --logfile "$STACK_DIR/logs/redis.log" --dir "$STACK_DIR/redis" 8>&- 9>&- ||
@@ -157,14 +173,15 @@ start_redis() {
 # The broker's TLS key and self-signed certificate (for 127.0.0.1 and localhost), made once
 # per stack dir; tls/ca.crt is what clients trust.
 ensure_tls() {
-  [[ -f $STACK_DIR/tls/broker.p12 && -f $STACK_DIR/tls/ca.crt ]] && return 0
+  local san="ip:127.0.0.1,dns:localhost${POD_ADDRESS:+,ip:$POD_ADDRESS}"
+  [[ -f $STACK_DIR/tls/broker.p12 && -f $STACK_DIR/tls/ca.crt && $(cat "$STACK_DIR/tls/san" 2>/dev/null) == "$san" ]] && return 0
   command -v keytool >/dev/null || die "keytool is missing (it comes with Java): the SASL_SSL listener needs a certificate"
   rm -rf "$STACK_DIR/tls" && mkdir -p "$STACK_DIR/tls"
   { keytool -genkeypair -alias broker -keyalg RSA -keysize 2048 -validity 3650 -dname CN=localhost \
-      -ext SAN=ip:127.0.0.1,dns:localhost -storetype PKCS12 -keystore "$STACK_DIR/tls/broker.p12" \
+      -ext "SAN=$san" -storetype PKCS12 -keystore "$STACK_DIR/tls/broker.p12" \
       -storepass "$TLS_PASSWORD" -keypass "$TLS_PASSWORD" &&
     keytool -exportcert -rfc -alias broker -keystore "$STACK_DIR/tls/broker.p12" -storepass "$TLS_PASSWORD" \
-      -file "$STACK_DIR/tls/ca.crt"; } >>"$STACK_DIR/logs/tools.log" 2>&1 ||
+      -file "$STACK_DIR/tls/ca.crt" && echo "$san" >"$STACK_DIR/tls/san"; } >>"$STACK_DIR/logs/tools.log" 2>&1 ||
     die_with_log "making the broker's TLS certificate failed" "$STACK_DIR/logs/tools.log"
 }
 
@@ -264,6 +281,8 @@ cmd_up() {
     ensure_port_free "$KAFKA_PORT" SLUICE_KAFKA_PORT
     ensure_port_free "$CONTROLLER_PORT" SLUICE_KAFKA_CONTROLLER_PORT
     ensure_port_free "$SECURE_PORT" SLUICE_KAFKA_SECURE_PORT
+    [[ -z $POD_ADDRESS ]] || ensure_port_free "$POD_PORT" "SLUICE_KAFKA_PORT (+6, the listener for pods)"
+    [[ -z $POD_ADDRESS ]] || ensure_port_free "$POD_SECURE_PORT" "SLUICE_KAFKA_PORT (+8, the SASL_SSL listener for pods)"
   fi
   [[ -n $rpid ]] || ensure_port_free "$REDIS_PORT" SLUICE_REDIS_PORT
   save_config
@@ -357,6 +376,9 @@ cmd_topics() {
 
 cmd_env() {
   log "export SLUICE_KAFKA_BROKERS=$BOOTSTRAP"
+  [[ -z $POD_ADDRESS ]] || log "export SLUICE_KAFKA_POD_BROKERS=$POD_ADDRESS:$POD_PORT"
+  [[ -z $POD_ADDRESS ]] || log "export SLUICE_KAFKA_POD_SECURE_BROKERS=$POD_ADDRESS:$POD_SECURE_PORT"
+  [[ -z $POD_ADDRESS ]] || log "export SLUICE_REDIS_POD_URL=redis://$POD_ADDRESS:$REDIS_PORT"
   log "export SLUICE_REDIS_URL=redis://127.0.0.1:$REDIS_PORT"
   log "export SLUICE_STACK_DIR=$STACK_DIR"
   log "export SLUICE_KAFKA_SECURE_BROKERS=127.0.0.1:$SECURE_PORT"

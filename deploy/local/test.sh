@@ -24,10 +24,12 @@
 #   demo-smoke     the whole system for 20 s, scraped by a real Prometheus with deploy/'s rules
 #   chart          the chart, alert and dashboard checks; runs the demo smoke first (they
 #                  read its scrapes and query its Prometheus)
-#   kubernetes     the chart on a real control plane (cluster.sh: kube-apiserver, the HPA
-#                  controller, KEDA): helm install/upgrade/uninstall of every scenario, KEDA's
+#   kubernetes     the chart on a real cluster of one node (cluster.sh): the node up, killed,
+#                  up and down with the machine left as found; the images built from the
+#                  test's binaries and pushed to the cluster's registry; every scenario
+#                  installed with helm, its pods Ready on the node, upgraded, uninstalled, KEDA's
 #                  HPA against the values, refusals; then the demo with the real HPA scaling
-#                  the processors (the replica follower), checked against sluice-lag simulate
+#                  the processor pods, checked against sluice-lag simulate
 #   soak           the chaos soak: sluice-demo --chaos for 150 s on a stack of its own (the
 #                  test stack's dir with -soak, ports +10000), whose broker and Redis it
 #                  restarts; must PASS
@@ -39,7 +41,8 @@
 #   SLUICE_TEST_KAFKA_PORT  19092                (controller: +1)
 #   SLUICE_TEST_REDIS_PORT  16379
 #   SLUICE_TEST_PROMETHEUS_PORT 19190            the Prometheus that scrapes the demo smoke
-#   SLUICE_TEST_CLUSTER_PORT 24443               the kubernetes part's API server (and the next 10)
+#   SLUICE_TEST_CLUSTER_PORT 24443               the kubernetes part's API server (and the next 13)
+#   SLUICE_TEST_POD_ADDRESS the default route's  where the node's pods reach the stack (stack.sh)
 #   SLUICE_TEST_KEEP_STACK  unset                set to 1 to leave the stack running afterwards
 #   CARGO_TARGET_DIR        cargo's default      CI points it at a cache outside the clone
 set -euo pipefail
@@ -60,9 +63,12 @@ export SLUICE_STACK_DIR=${SLUICE_TEST_STACK_DIR:-$REPO_ROOT/.stack/test}
 export SLUICE_KAFKA_PORT=${SLUICE_TEST_KAFKA_PORT:-19092}
 export SLUICE_KAFKA_CONTROLLER_PORT=$((SLUICE_KAFKA_PORT + 1))
 export SLUICE_REDIS_PORT=${SLUICE_TEST_REDIS_PORT:-16379}
+# Where the pods on the cluster's node reach the broker and Redis: the node's address (the
+# default route's), on which the stack also listens (stack.sh).
+export SLUICE_STACK_POD_ADDRESS=${SLUICE_TEST_POD_ADDRESS-$(ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p')}
 PROMETHEUS_PORT=${SLUICE_TEST_PROMETHEUS_PORT:-19190}
 LOGS="$SLUICE_STACK_DIR/logs"
-STACK_ENV=(SLUICE_KAFKA_BROKERS SLUICE_REDIS_URL SLUICE_KAFKA_SECURE_BROKERS SLUICE_KAFKA_SECURE_CA
+STACK_ENV=(SLUICE_KAFKA_BROKERS SLUICE_REDIS_URL SLUICE_KAFKA_POD_BROKERS SLUICE_KAFKA_POD_SECURE_BROKERS SLUICE_REDIS_POD_URL SLUICE_KAFKA_SECURE_BROKERS SLUICE_KAFKA_SECURE_CA
   SLUICE_KAFKA_SECURE_USERNAME SLUICE_KAFKA_SECURE_PASSWORD SLUICE_KAFKA_JMX SLUICE_KAFKA_HOME)
 
 # --- prerequisites -------------------------------------------------------------------
@@ -315,7 +321,9 @@ demo_smoke() {
   out=$(mktemp -d)
   start_prometheus
   target_dir=$(cargo metadata --locked --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+  # Unlimited processors (--processor-cpu 0): debug builds, and the smoke checks the signals.
   "$target_dir/debug/sluice-demo" --seconds 20 --rate 300 --max-processors 2 --lag-threshold 300 --sync-seconds 2 \
+    --processor-cpu 0 \
     --scale-down-window-seconds 6 --out "$out/demo" --logs "$out/demo-logs" \
     --scrapes "$SLUICE_STACK_DIR/scrapes" >"$out/demo.out" 2>&1 || {
     tail -n 40 "$out/demo.out" >&2
@@ -341,7 +349,7 @@ part_soak() {
   eval "$("$HERE/stack.sh" env)"
   out=$(mktemp -d)
   target_dir=$(cargo metadata --locked --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-  "$target_dir/debug/sluice-demo" --chaos --seconds 150 --rate 500 --drain-timeout-seconds 240 \
+  "$target_dir/debug/sluice-demo" --chaos --seconds 150 --rate 500 --drain-timeout-seconds 240 --processor-cpu 0 \
     --out "$out/soak" --logs "$LOGS/soak" >"$LOGS/soak.out" 2>&1 || {
     tail -n 60 "$LOGS/soak.out" >&2
     die "the chaos soak failed (output: $LOGS/soak.out, logs: $LOGS/soak)"
@@ -380,41 +388,101 @@ part_chart() {
   stop_prometheus
 }
 
-# The chart on a real control plane (its own cluster dir and ports, stopped afterwards), then
-# the demo scaled by the real HPA, then the simulator against that run.
+# The cluster's node changes the machine (kernel settings, iptables, cgroups, mounts): its
+# down must put back what its up found. CHECK names the moment compared.
+cluster_down_and_check() { # what
+  "$HERE/cluster.sh" down >>"$LOGS/cluster-down.log" 2>&1 || { tail -n 20 "$LOGS/cluster-down.log" >&2; die "cluster.sh down failed ($1)"; }
+  "$HERE/cluster.sh" machine >"$LOGS/machine-after.txt"
+  if ! diff -u "$LOGS/machine-before.txt" "$LOGS/machine-after.txt" >"$LOGS/machine.diff"; then
+    head -n 40 "$LOGS/machine.diff" >&2
+    die "the machine is not as cluster.sh up found it ($1; diff: $LOGS/machine.diff)"
+  fi
+  echo "the machine is as cluster.sh up found it ($1): kernel settings, mounts, links, iptables, nf_tables, cgroups, paths"
+}
+
+# The node killed hard (no down) and brought up again: up puts the machine back first, then
+# runs a node that becomes Ready; the down after it leaves the machine as found.
+node_kill_check() {
+  local pid name
+  for name in kubelet containerd kube-scheduler kube-proxy; do
+    pid=$(cat "$SLUICE_CLUSTER_DIR/$name.pid") && kill -KILL "$pid"
+  done
+  "$HERE/cluster.sh" up >>"$LOGS/cluster.log" 2>&1 || { tail -n 30 "$LOGS/cluster.log" >&2; die "cluster.sh up after the node was killed failed"; }
+  grep -q 'putting the machine back from a node that was not stopped' "$LOGS/cluster.log" \
+    || die "cluster.sh up after a killed node did not put the machine back first"
+  echo "a node killed hard: the next up put the machine back and brought the node up again"
+}
+
+# The chart on a real cluster (its own cluster dir and ports, stopped afterwards), then the
+# demo scaled by the real HPA, then the simulator against that run. The node comes up and goes
+# down first, and the machine is checked to be as it was.
 part_kubernetes() {
-  say "the chart on a real Kubernetes control plane: etcd, kube-apiserver, kube-controller-manager, KEDA (deploy/local/cluster.sh)"
+  say "a real Kubernetes cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, KEDA and a node (kubelet, containerd, runc, CNI bridge) (deploy/local/cluster.sh)"
   local helm_bin tools_python target out log="$LOGS/kubernetes.log" started=$SECONDS
   helm_bin=$("$HERE/tools.sh" helm)
   tools_python=$("$HERE/tools.sh" python)
   cargo build --locked -q --bins
   target=$(cargo metadata --locked --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
   export SLUICE_CLUSTER_DIR="$SLUICE_STACK_DIR-cluster" SLUICE_CLUSTER_PORT=${SLUICE_TEST_CLUSTER_PORT:-24443}
-  trap '"$HERE/cluster.sh" down >"$LOGS/cluster-down.log" 2>&1' EXIT
-  "$HERE/cluster.sh" up >"$LOGS/cluster.log" 2>&1 || { tail -n 30 "$LOGS/cluster.log" >&2; die "the control plane did not start (log: $LOGS/cluster.log)"; }
-  say "control plane up in $((SECONDS - started)) s (a first build of its binaries takes minutes; see $LOGS/cluster.log)"
+  : >"$LOGS/cluster.log" && : >"$LOGS/cluster-down.log"
+  "$HERE/cluster.sh" machine >"$LOGS/machine-before.txt"
+  trap 'cluster_down_and_check "after a failure" >/dev/null' EXIT
+  "$HERE/cluster.sh" up >>"$LOGS/cluster.log" 2>&1 || { tail -n 30 "$LOGS/cluster.log" >&2; die "the cluster did not start (log: $LOGS/cluster.log)"; }
+  say "cluster up in $((SECONDS - started)) s (a first build of its binaries takes minutes; see $LOGS/cluster.log)"
+  node_kill_check
+  cluster_down_and_check "the node up, killed, up again and down"
+  "$HERE/cluster.sh" up >>"$LOGS/cluster.log" 2>&1 || { tail -n 30 "$LOGS/cluster.log" >&2; die "the cluster did not start again (log: $LOGS/cluster.log)"; }
   eval "$("$HERE/cluster.sh" env)"
+  say "a release (deploy/release.sh: the images from the test's debug binaries, debug sections dropped, pushed to the cluster's registry $SLUICE_REGISTRY; the chart packaged)"
+  local tag chart images_started=$SECONDS
+  tag="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$REPO_ROOT/helm/sluice/Chart.yaml")"
+  "$REPO_ROOT/deploy/release.sh" "$SLUICE_REGISTRY/sluice" --insecure --binaries "$target/debug" --strip-debug \
+    --out "$LOGS/release" >"$LOGS/release.log" 2>&1 || { tail -n 20 "$LOGS/release.log" >&2; die "the release failed (log: $LOGS/release.log)"; }
+  chart=$(grep -E '\.tgz$' "$LOGS/release.log")
+  grep -E '^ghcr|^install:' "$LOGS/release.log" | sed "s|$SLUICE_REGISTRY|REGISTRY|g" | cut -c1-120
+  echo "released in $((SECONDS - images_started)) s: $(basename "$chart")"
+  say "the chart's pods on the node: every scenario installed, Ready, upgraded and uninstalled (log: $log)"
   "$tools_python" "$REPO_ROOT/helm/tests/test_cluster.py" --helm "$helm_bin" --kubeconfig "$KUBECONFIG" \
-    --sluice-lag "$target/debug/sluice-lag" --brokers "$SLUICE_KAFKA_BROKERS" \
-    --secure-brokers "$SLUICE_KAFKA_SECURE_BROKERS" --secure-ca "$SLUICE_KAFKA_SECURE_CA" \
+    --chart "$chart" --registry "$SLUICE_REGISTRY/sluice" --node-ip "$SLUICE_NODE_IP" \
+    --pod-brokers "$SLUICE_KAFKA_POD_BROKERS" --pod-secure-brokers "$SLUICE_KAFKA_POD_SECURE_BROKERS" \
+    --pod-redis "$SLUICE_REDIS_POD_URL" --chainsim "$target/debug/chainsim" --containerd-socket "$SLUICE_NODE_CONTAINERD" \
+    --secure-ca "$SLUICE_KAFKA_SECURE_CA" \
     --sasl-username "$SLUICE_KAFKA_SECURE_USERNAME" --sasl-password "$SLUICE_KAFKA_SECURE_PASSWORD" >"$log" 2>&1 || {
-    grep -E '^FAIL' "$log" >&2
-    die "the chart failed against the API server (log: $log)"
+    grep -E '^FAIL' -A12 "$log" >&2
+    die "the chart failed on the cluster (log: $log)"
   }
   tail -n 1 "$log"
-  say "end to end: a 30 s burst, KEDA's HPA scaling the processors the demo runs, then the drain and the scale-down"
+  say "end to end: a 30 s burst, KEDA's HPA scaling the processor pods on the node, then the drain and the scale-down"
   out=$(mktemp -d)
   "$target/debug/sluice-demo" --kubernetes --helm "$helm_bin" --namespace sluice-e2e --seconds 75 --rate 1500 \
     --burst-every-seconds 60 --burst-seconds 30 --burst-factor 6 --max-processors 4 --trigger offsetLag \
     --lag-threshold 3000 --scale-down-window-seconds 30 -f "$REPO_ROOT/helm/tests/e2e-values.yaml" \
+    -f "$HERE/cluster/node-values.yaml" --image-registry "$SLUICE_REGISTRY/sluice" --image-tag "$tag" \
     --out "$out/e2e" --logs "$LOGS/kubernetes-e2e" >"$LOGS/kubernetes-e2e.out" 2>&1 || {
     tail -n 40 "$LOGS/kubernetes-e2e.out" >&2
     die "the demo on the control plane failed (output: $LOGS/kubernetes-e2e.out)"
   }
-  grep -E '^   Kubernetes:' "$LOGS/kubernetes-e2e.out" || true
+  grep -E '^   Kubernetes:|^pods on node' "$LOGS/kubernetes-e2e.out" || true
   "$tools_python" "$REPO_ROOT/helm/tests/test_fidelity.py" --report "$out/e2e/latest.json" \
     --sluice-lag "$target/debug/sluice-lag" --out "$LOGS/kubernetes-fidelity.json" || die "the real HPA's run failed its checks"
   rm -rf "$out"
+  say "under load, on the node: a rolling upgrade, an eviction the PDB refuses, a processor killed, a hung container restarted (log: $LOGS/kubernetes-pods.log)"
+  local image
+  for image in processor scheduler ingest lag chainsim; do
+    skopeo copy -q --src-tls-verify=false --dest-tls-verify=false "docker://$SLUICE_REGISTRY/sluice/sluice-$image:$tag" \
+      "docker://$SLUICE_REGISTRY/sluice/sluice-$image:$tag-upgrade" || die "tagging sluice-$image:$tag-upgrade failed"
+  done
+  "$tools_python" "$REPO_ROOT/helm/tests/test_pods.py" --helm "$helm_bin" --kubeconfig "$KUBECONFIG" \
+    --demo "$target/debug/sluice-demo" --sluice-lag "$target/debug/sluice-lag" --registry "$SLUICE_REGISTRY/sluice" \
+    --tag "$tag" --upgrade-tag "$tag-upgrade" --containerd-socket "$SLUICE_NODE_CONTAINERD" \
+    --values "$REPO_ROOT/helm/tests/e2e-values.yaml" --values "$HERE/cluster/node-values.yaml" \
+    --out "$LOGS/kubernetes-pods" --json "$LOGS/kubernetes-pods.json" >"$LOGS/kubernetes-pods.log" 2>&1 || {
+    grep -E '^FAIL' -A3 "$LOGS/kubernetes-pods.log" >&2
+    die "the pods failed under disruption (log: $LOGS/kubernetes-pods.log)"
+  }
+  grep -E '^ok   (rolling|eviction: .* refused|kill|liveness)' "$LOGS/kubernetes-pods.log" | cut -c1-220
+  trap - EXIT
+  cluster_down_and_check "after the chart's tests"
 }
 
 # --- running them ---------------------------------------------------------------------

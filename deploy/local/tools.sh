@@ -13,6 +13,8 @@
 #   deploy/local/tools.sh prometheus  the Prometheus server, from the same package
 #   deploy/local/tools.sh build-deps  what the Rust build needs beyond the toolchain: OpenSSL's
 #                                  headers and pkg-config (librdkafka links OpenSSL for TLS/SASL)
+#   deploy/local/tools.sh apt PKG…  Debian packages (the node's containerd, runc, CNI plugins; the
+#                                  image tools), installed as root without starting any service
 # Environment: SLUICE_HELM_VERSION (v3.22.0), SLUICE_KEDA_VERSION (v2.21.0),
 # SLUICE_PROMETHEUS_OPERATOR_VERSION (v0.95.2), SLUICE_CONTROLLER_TOOLS_VERSION (v0.19.0),
 # SLUICE_TOOLS_DIR.
@@ -109,7 +111,23 @@ build_deps() {
     || { tail -n 20 "$log" >&2; die "installing libssl-dev failed"; }
 }
 
+# apt-get install, with a policy-rc.d that refuses every service start while it runs (a
+# package's own start script would start a second containerd or a registry on a fixed port).
+apt_install() { # package…
+  [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null || die "Debian's $* are missing: install them as root"
+  local policy=/usr/sbin/policy-rc.d kept="" rc=0
+  [[ -e $policy ]] && kept=$(mktemp) && cp -p "$policy" "$kept"
+  printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy"
+  { apt-get install -y -q --no-install-recommends "$@" || { apt-get update -q && apt-get install -y -q --no-install-recommends "$@"; }; } || rc=$?
+  if [[ -n $kept ]]; then mv "$kept" "$policy"; else rm -f "$policy"; fi
+  ((rc == 0)) || die "installing $* failed"
+}
+
 case ${1:-} in
+  apt)
+    shift
+    DEBIAN_FRONTEND=noninteractive apt_install "$@"
+    ;;
   helm) helm_path ;;
   python) python_path ;;
   keda-crds) keda_crds ;;
@@ -117,5 +135,5 @@ case ${1:-} in
   promtool) echo "$(prometheus_deb)/usr/bin/promtool" ;;
   prometheus) echo "$(prometheus_deb)/usr/bin/prometheus" ;;
   build-deps) build_deps ;;
-  *) sed -n '2,20s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,22s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
 esac

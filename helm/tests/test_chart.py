@@ -13,7 +13,7 @@ case per alert), every dashboard query parses, and every metric name the rules a
 dashboard use is in what the running services exported (the demo smoke's scrapes).
 
 Usage: test_chart.py --helm PATH --promtool PATH --crds DIR [--crds DIR…] --scrapes DIR
-                     --prometheus URL --since UNIX_SECONDS [--kube-version 1.31.0]
+                     --prometheus URL --since UNIX_SECONDS [--kube-version 1.30.0 --kube-version 1.36.0]
 Exits non-zero with every failed check listed.
 """
 import argparse
@@ -50,7 +50,7 @@ def helm(args, *cmd):
 
 
 def render(args, *extra):
-    out = helm(args, "template", "sluice", str(CHART), "--kube-version", args.kube_version, *extra)
+    out = helm(args, "template", "sluice", str(CHART), "--kube-version", args.kube_versions[0], *extra)
     if out.returncode != 0:
         raise RuntimeError(out.stderr.strip())
     return [d for d in yaml.safe_load_all(out.stdout) if d]
@@ -70,6 +70,8 @@ def workload_checks(scenario, objects):
         sec = pod.get("securityContext", {})
         check(sec.get("runAsNonRoot") is True and sec.get("seccompProfile", {}).get("type") == "RuntimeDefault",
               f"{scenario}: {name} runs as non-root with seccomp RuntimeDefault")
+        # A Service sluice-lag would otherwise give the pods SLUICE_LAG_PORT=tcp://… and the like.
+        check(pod.get("enableServiceLinks") is False, f"{scenario}: {name} gets no service variables (enableServiceLinks)")
         for c in pod["containers"]:
             cs = c.get("securityContext", {})
             check(cs.get("readOnlyRootFilesystem") is True and cs.get("allowPrivilegeEscalation") is False
@@ -302,42 +304,60 @@ def external_scaler_checks(args, rendered):
             check(where in str(e), f"values.schema.json refuses {setting}, naming {where}")
 
 
+def dockerfile_stages(text):
+    """The stages of a Dockerfile: name → (FROM, the stage's lines), with ARG defaults applied."""
+    args = dict(re.findall(r"^ARG (\w+)=(\S+)$", text, re.M))
+    stages, name = {}, None
+    for line in re.sub(r"\\\n\s*", " ", text).splitlines():
+        head = re.match(r"^FROM (\S+)(?: AS (\S+))?$", line)
+        if head:
+            base = re.sub(r"\$\{(\w+)\}", lambda m: args.get(m.group(1), m.group(0)), head.group(1))
+            name = head.group(2) or f"stage{len(stages)}"
+            stages[name] = (base, [])
+        elif name and line.strip() and not line.startswith("#"):
+            stages[name][1].append(line.strip())
+    return stages
+
+
 def dockerfile_checks(objects):
-    """Every image the chart runs has a Dockerfile (services/*/Dockerfile) that builds it
-    in stages, from a workspace binary, into a distroless image that runs as the chart's
-    user and exposes the chart's ports. (No Docker engine here: the files are read.)"""
+    """Every image the chart runs is a target of deploy/images/Dockerfile (the one definition
+    users build with Docker and deploy/images/build.sh builds here): on the runtime stage,
+    distroless nonroot by default, as the chart's user, exposing the chart's ports, running the
+    workspace binary the source stage builds. (The built images' own configs are checked against
+    the chart on the cluster: test_cluster.py.)"""
     root = CHART.parent.parent
-    dockerfiles = {}
-    for path in sorted(root.glob("services/*/Dockerfile")):
-        text = path.read_text()
-        entry = re.search(r'^ENTRYPOINT \["/usr/local/bin/([a-z-]+)"\]', text, re.M)
-        dockerfiles[entry.group(1) if entry else path.parent.name] = (path, text)
+    path = root / "deploy" / "images" / "Dockerfile"
+    stages = dockerfile_stages(path.read_text())
+    runtime_base, runtime = stages.get("runtime", ("", []))
+    check(runtime_base.startswith("gcr.io/distroless/") and runtime_base.endswith(":nonroot"),
+          f"{path.name}: the runtime stage is distroless nonroot by default ({runtime_base})")
+    source = " ".join(stages.get("source", ("", []))[1])
+    bins = {}
+    for manifest in root.glob("services/*/Cargo.toml"):
+        cargo = tomllib.loads(manifest.read_text())
+        for b in cargo.get("bin", []):
+            bins[b["name"]] = cargo["package"]["name"]
     for deployment in find(objects, "Deployment"):
         pod = deployment["spec"]["template"]["spec"]
         for c in pod["containers"]:
             image = c["image"].rsplit("/", 1)[1].split(":")[0]
-            path, text = dockerfiles.get(image, (None, ""))
-            check(path is not None, f"{image}: a Dockerfile builds it ({sorted(dockerfiles)})")
-            if path is None:
+            target = image.removeprefix("sluice-")
+            base, lines = stages.get(target, (None, []))
+            if not check(base == "runtime", f"{image}: a target {target} of deploy/images/Dockerfile on the runtime stage"):
                 continue
-            where = path.relative_to(root)
-            stages = re.findall(r"^FROM (\S+)", text, re.M)
-            check(len(stages) >= 2 and stages[-1].startswith("gcr.io/distroless/") and stages[-1].endswith(":nonroot"),
-                  f"{where}: multi-stage, running on a distroless nonroot image ({stages})")
             user = f"{pod['securityContext']['runAsUser']}:{pod['securityContext']['runAsGroup']}"
-            check(re.search(rf"^USER {user}$", text, re.M) is not None, f"{where}: USER {user}, the chart's runAsUser/runAsGroup")
-            exposed = {int(p) for line in re.findall(r"^EXPOSE (.+)$", text, re.M) for p in line.split()}
+            check(f"USER {user}" in runtime, f"{target}: USER {user}, the chart's runAsUser/runAsGroup")
+            exposed = {int(p) for line in lines if line.startswith("EXPOSE ") for p in line.split()[1:]}
             ports = {p["containerPort"] for p in c.get("ports", [])}
-            check(ports and ports <= exposed, f"{where}: EXPOSEs the chart's ports {sorted(ports)} ({sorted(exposed)})")
-            build = re.search(r"cargo build --locked --release -p (\S+) --bin (\S+)", text)
-            bins = set()
-            if build:
-                for manifest in root.glob("services/*/Cargo.toml"):
-                    cargo = tomllib.loads(manifest.read_text())
-                    if cargo["package"]["name"] == build.group(1):
-                        bins = {b["name"] for b in cargo.get("bin", [])}
-            check(build is not None and build.group(2) in bins and f"target/release/{build.group(2)} /{image}" in text,
-                  f"{where}: builds the workspace binary it runs ({build.groups() if build else None})")
+            check(ports and ports <= exposed, f"{target}: EXPOSEs the chart's ports {sorted(ports)} ({sorted(exposed)})")
+            check(f'ENTRYPOINT ["/usr/local/bin/{image}"]' in lines
+                  and f"COPY --from=binaries /out/{image} /usr/local/bin/{image}" in lines,
+                  f"{target}: runs /usr/local/bin/{image}, the binaries stage's")
+            built = [b for b in re.findall(r"--bin (\S+)", source)
+                     if f"target/release/{b} /out/{image}" in source
+                     or (f"/out/{image}" not in source and b == image and f"target/release/{b}" in source)]
+            check(len(built) == 1 and built[0] in bins and f"-p {bins[built[0]]}" in source,
+                  f"{target}: the source stage builds the workspace binary it runs ({built})")
 
 
 def python_patterns(schema):
@@ -518,6 +538,18 @@ def crd_schemas_from(args):
     return crd_schemas
 
 
+def kube_version_checks(args):
+    """Chart.yaml's kubeVersion is what the objects are validated against: the oldest version
+    it claims renders, the one before it is refused."""
+    claimed = yaml.safe_load((CHART / "Chart.yaml").read_text())["kubeVersion"]
+    oldest = args.kube_versions[0]
+    major, minor, _ = (int(x) for x in oldest.split("."))
+    check(claimed == f">={oldest}-0", f"Chart.yaml claims kubeVersion {claimed}: the schemas validated start at {oldest}")
+    out = helm(args, "template", "sluice", str(CHART), "--kube-version", f"{major}.{minor - 1}.0")
+    check(out.returncode != 0 and "kubeVersion" in out.stderr,
+          f"Kubernetes {major}.{minor - 1} is refused by the chart's kubeVersion ({out.stderr.strip()[:120]})")
+
+
 def render_scenarios(args, crd_schemas):
     """Lint and render the defaults and every ci/*-values.yaml; validate every object."""
     scenarios = {"defaults": []}
@@ -541,8 +573,11 @@ def render_scenarios(args, crd_schemas):
                     jsonschema.validate(obj, crd_schemas[key])
                     check(True, what + f" ({key[0]} CRD schema)")
                 else:
-                    kubernetes_validate.validate(obj, args.kube_version, True)
-                    check(True, what + f" (Kubernetes {args.kube_version}, strict)")
+                    # The oldest Kubernetes the chart claims (Chart.yaml's kubeVersion) and the
+                    # newest it is run on (test.sh kubernetes): the objects fit both.
+                    for version in args.kube_versions:
+                        kubernetes_validate.validate(obj, version, True)
+                    check(True, what + f" (Kubernetes {' and '.join(args.kube_versions)}, strict)")
             except (jsonschema.ValidationError, kubernetes_validate.ValidationError) as e:
                 check(False, f"{what}: {str(e).splitlines()[0]}")
             except kubernetes_validate.SchemaNotFoundError as e:
@@ -738,13 +773,16 @@ def readme_checks():
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--helm", required=True)
-    parser.add_argument("--kube-version", default="1.31.0")
+    parser.add_argument("--kube-version", dest="kube_versions", action="append",
+                        help="validate against these Kubernetes versions' schemas (default: the chart's oldest, 1.30.0, and 1.36.0)")
     parser.add_argument("--crds", required=True, action="append", help="a folder of CRD YAML files (KEDA's, prometheus-operator's)")
     parser.add_argument("--promtool", required=True)
     parser.add_argument("--scrapes", required=True, help="folder of /metrics texts of the running services (*.prom)")
     parser.add_argument("--prometheus", required=True, help="URL of a Prometheus that scraped the services with deploy/'s rules")
     parser.add_argument("--since", required=True, type=float, help="when that Prometheus started scraping (Unix seconds)")
     args = parser.parse_args()
+    args.kube_versions = args.kube_versions or ["1.30.0", "1.36.0"]
+    kube_version_checks(args)
     crd_schemas = crd_schemas_from(args)
     rendered = render_scenarios(args, crd_schemas)
     keda_checks(args, rendered)

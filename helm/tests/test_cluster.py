@@ -1,22 +1,30 @@
 #!/usr/bin/env python3
-"""The chart against a real control plane (deploy/local/cluster.sh: kube-apiserver,
-kube-controller-manager's HPA controller, KEDA's operator, metrics adapter and admission
-webhook), with the real helm: `helm install` of the defaults and every ci/*-values.yaml
-scenario, KEDA's HPA checked against the values, `helm upgrade` (the HPA follows, the
-scheduler's admin token is kept), `helm uninstall` (nothing left behind), and bad values
-refused by the chart's schema, its own checks or KEDA's webhook, each naming the value.
+"""The chart on a real cluster (deploy/local/cluster.sh: kube-apiserver, kube-controller-manager,
+kube-scheduler, KEDA's operator, metrics adapter and admission webhook, CoreDNS, and a node: a
+kubelet on containerd and runc), with the real helm, installing a release as a user would: the
+chart's package and the images deploy/release.sh built, tagged with the chart's appVersion and
+pushed to the cluster's registry, which the node pulls from: `helm install` of the defaults
+(only `image.registry` set, and the CPU requests lowered to fit the node) and every
+ci/*-values.yaml scenario, each pod Running and Ready through its own probes,
+the running containers as the chart and the images say (uid 65532, no capabilities, read-only
+root, seccomp), KEDA's HPA checked against the values, `helm upgrade` (the HPA follows, the
+scheduler's admin token is kept), `helm uninstall` (nothing left behind), and bad values refused
+by the chart's schema, its own checks or KEDA's webhook, each naming the value.
 
-No kubelet runs: for the scenarios whose trigger is Sluice's scaler, sluice-lag runs here
-with its pod's environment (Secrets and Secret volumes materialised), so KEDA reaches it at
-`lag.scaler.address`; for the kafka trigger KEDA reads the real broker itself (SASL/SCRAM
-over TLS in the sasl-tls scenario).
+The pods reach the test stack on the host through Services of the chart's default names
+(`kafka`, `redis`, `chain-node`) without selectors, whose EndpointSlices name the host: the
+defaults install unchanged but for the images' registry and tag and the CPU requests
+(deploy/local/cluster/node-values.yaml). The sasl-tls scenario points `kafka.bootstrapServers` at the broker's
+address itself: its certificate names that address, not a Service. KEDA runs on the host and
+reaches sluice-lag's scaler by the Service name the chart renders, through the cluster's DNS.
 
-Usage: test_cluster.py --helm PATH --kubeconfig FILE --sluice-lag BIN --brokers HOST:PORT
-                       --secure-brokers HOST:PORT --secure-ca FILE --sasl-username U --sasl-password P
+Usage: test_cluster.py --helm PATH --kubeconfig FILE --chart PACKAGE.tgz --registry HOST:PORT/PATH
+                       --node-ip IP --pod-brokers HOST:PORT --pod-secure-brokers HOST:PORT
+                       --pod-redis URL --chainsim BIN --containerd-socket PATH
+                       --secure-ca FILE --sasl-username U --sasl-password P
 Exits non-zero with every failed check listed.
 """
 import argparse
-import base64
 import json
 import os
 import pathlib
@@ -29,6 +37,7 @@ import time
 import yaml
 
 CHART = pathlib.Path(__file__).resolve().parent.parent / "sluice"
+NODE_VALUES = CHART.parent.parent / "deploy" / "local" / "cluster" / "node-values.yaml"
 sys.path.insert(0, str(CHART.parent.parent / "deploy" / "local" / "cluster"))
 from kube import ApiError, Kube, condition, wait  # noqa: E402
 
@@ -40,7 +49,8 @@ KINDS = [("apps/v1", "Deployment"), ("apps/v1", "ReplicaSet"), ("v1", "Pod"), ("
          ("keda.sh/v1alpha1", "ScaledObject"), ("keda.sh/v1alpha1", "TriggerAuthentication"),
          ("monitoring.coreos.com/v1", "PodMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule"),
          ("rbac.authorization.k8s.io/v1", "Role"), ("rbac.authorization.k8s.io/v1", "RoleBinding")]
-# What a namespace holds without any release: its default ServiceAccount and our Secrets.
+# What a namespace holds without any release: its default ServiceAccount, our Secrets and the
+# Services of the host's services (HOST_SERVICES).
 SECRETS = ["sluice-redis", "sluice-admin", "sluice-kafka-tls", "sluice-kafka-sasl", "sluice-lag-scaler-tls"]
 
 
@@ -57,23 +67,41 @@ def free_port():
         return s.getsockname()[1]
 
 
-class Env:
-    """The cluster, helm, and what the scenarios' Secrets hold."""
+# The host's services the pods reach, as Services of the chart's default names without a
+# selector: name → (the Service's port, the Env attribute holding the host's "address:port").
+HOST_SERVICES = {"kafka": (9092, "pod_brokers"), "redis": (6379, "pod_redis"), "chain-node": (50051, "chain")}
 
-    def __init__(self, args, certs):
+
+def host_port(address):
+    host, port = address.rsplit(":", 1)
+    return host.rsplit("/", 1)[-1], int(port)
+
+
+class Env:
+    """The cluster, helm, the host's services, and what the scenarios' Secrets hold."""
+
+    def __init__(self, args, certs, chain):
         self.args, self.certs = args, certs
         self.kube = Kube(args.kubeconfig)
+        self.pod_brokers, self.pod_redis, self.chain = args.pod_brokers, args.pod_redis, chain
 
     def helm(self, *cmd):
         return subprocess.run([self.args.helm, *cmd], capture_output=True, text=True,
                               env=os.environ | {"KUBECONFIG": self.args.kubeconfig})
 
+    def images(self):
+        """The sets that make the chart run the release's images: their registry (the tag is
+        the chart's appVersion, as for a user), and CPU requests that fit the node."""
+        return ["--set", f"image.registry={self.args.registry}", "-f", str(NODE_VALUES)]
+
     def namespace(self, ns):
-        """A fresh namespace with the Secrets the scenarios name."""
+        """A fresh namespace with the host's Services and the Secrets the scenarios name."""
         self.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        for name, (port, attr) in HOST_SERVICES.items():
+            self.kube.host_service(ns, name, port, *host_port(getattr(self, attr)))
         read = lambda name: (self.certs / name).read_text()  # noqa: E731
         data = {
-            "sluice-redis": {"redis-url": "redis://127.0.0.1:1"},
+            "sluice-redis": {"redis-url": "redis://redis:6379"},
             "sluice-admin": {"admin-token": "an-admin-token-of-the-test-0123456789"},
             "sluice-kafka-tls": {"ca.crt": pathlib.Path(self.args.secure_ca).read_text(),
                                  "tls.crt": read("client.crt"), "tls.key": read("client.key")},
@@ -86,17 +114,19 @@ class Env:
                              "stringData": values})
 
 
-def make_certs(folder):
-    """A CA, the scaler's certificate (127.0.0.1; KEDA presents the same one as its client) and a
-    client certificate for the brokers' mutual-TLS setting."""
+def make_certs(folder, namespaces):
+    """A CA, the scaler's certificate (its Service's names in each namespace: KEDA reaches it by
+    name and presents the same certificate as its client) and a client certificate for the
+    brokers' mutual-TLS setting."""
     def run(*cmd):
         subprocess.run(cmd, check=True, capture_output=True, cwd=folder)
     run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
         "-days", "2", "-subj", "/CN=sluice-test-ca", "-addext", "basicConstraints=critical,CA:TRUE")
+    names = ",".join(f"DNS:sluice-lag.{ns}.svc,DNS:sluice-lag.{ns}.svc.cluster.local" for ns in namespaces)
     for name in ("scaler", "client"):
         run("openssl", "req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
             "-subj", f"/CN=sluice-test-{name}")
-        (folder / f"{name}.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+        (folder / f"{name}.ext").write_text(f"subjectAltName=IP:127.0.0.1,DNS:localhost,{names}\n"
                                             "extendedKeyUsage=serverAuth,clientAuth\n")
         run("openssl", "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
             "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.crt")
@@ -106,45 +136,14 @@ def deployment(env, ns, name):
     return env.kube.get_or_none(env.kube.path("apps/v1", "Deployment", name, ns))
 
 
-def pod_env(env, ns, dep, folder):
-    """The first container's environment as a pod would get it, with its Secret volumes
-    written under `folder` and the paths into them rewritten."""
-    spec = dep["spec"]["template"]["spec"]
-    container = spec["containers"][0]
-    mounts = {}
-    for m in container.get("volumeMounts", []):
-        vol = next((v for v in spec.get("volumes", []) if v["name"] == m["name"]), {})
-        if "secret" in vol:
-            secret = env.kube.get(env.kube.path("v1", "Secret", vol["secret"]["secretName"], ns))
-            local = folder / m["name"]
-            local.mkdir(parents=True, exist_ok=True)
-            for key, value in secret.get("data", {}).items():
-                (local / key).write_bytes(base64.b64decode(value))
-            mounts[m["mountPath"].rstrip("/")] = str(local)
-    out = {}
-    for e in container.get("env", []):
-        if "value" in e:
-            value = e["value"]
-            for mount, local in mounts.items():
-                value = value.replace(mount + "/", local + "/")
-            out[e["name"]] = value
-        elif "secretKeyRef" in e.get("valueFrom", {}):
-            ref = e["valueFrom"]["secretKeyRef"]
-            secret = env.kube.get(env.kube.path("v1", "Secret", ref["name"], ns))
-            out[e["name"]] = base64.b64decode(secret["data"][ref["key"]]).decode()
-    return out
-
-
-def start_lag(env, ns, fullname, scaler_port, folder):
-    """sluice-lag with its pod's environment, on local ports."""
-    dep = deployment(env, ns, f"{fullname}-lag")
-    variables = pod_env(env, ns, dep, folder)
-    variables |= {"SLUICE_LAG_ADMIN_LISTEN": f"127.0.0.1:{free_port()}",
-                  "SLUICE_LAG_SCALER_LISTEN": f"127.0.0.1:{scaler_port}", "SLUICE_LOG_FORMAT": "plain",
-                  "PATH": os.environ["PATH"]}
-    folder.mkdir(parents=True, exist_ok=True)
-    log = open(folder / "sluice-lag.log", "w")
-    return subprocess.Popen([env.args.sluice_lag], env=variables, stdout=log, stderr=subprocess.STDOUT)
+def start_chain(args, folder):
+    """chainsim on the host, where the pods reach it (the node's address), at a low rate: the
+    scenarios need a chain to stream from, not load."""
+    port = free_port()
+    log = open(folder / "chainsim.log", "w")
+    proc = subprocess.Popen([args.chainsim, "serve", "--listen", f"{args.node_ip}:{port}", "--rate", "50"],
+                            stdout=log, stderr=subprocess.STDOUT)
+    return proc, f"{args.node_ip}:{port}"
 
 
 SUFFIXES = {"m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3}
@@ -221,31 +220,83 @@ def leftovers(env, ns, release):
             meta = obj["metadata"]
             name = meta["name"]
             if (kind == "Secret" and name in SECRETS) or (kind == "ServiceAccount" and name == "default") \
-                    or (kind == "ConfigMap" and name == "kube-root-ca.crt"):
+                    or (kind == "ConfigMap" and name == "kube-root-ca.crt") or (kind == "Service" and name in HOST_SERVICES):
                 continue
             left.append(f"{kind}/{name}")
     return left
 
 
+def pod_report(env, ns):
+    """One line per pod: phase, readiness, restarts, what a waiting container waits for, and the
+    last lines of the log of any container not ready."""
+    lines = []
+    for pod in env.kube.list("v1", "Pod", ns):
+        name, status = pod["metadata"]["name"], pod.get("status", {})
+        for c in status.get("containerStatuses", []) or [{}]:
+            waiting = (c.get("state") or {}).get("waiting") or {}
+            lines.append(f"  {name}: {status.get('phase')} ready={c.get('ready')} restarts={c.get('restartCount')}"
+                         + (f" waiting={waiting.get('reason')}: {waiting.get('message', '')[:200]}" if waiting else ""))
+            if c and not c.get("ready"):
+                try:
+                    log = env.kube.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}/log?tailLines=3"
+                                           + ("&previous=true" if c.get("restartCount") else ""))
+                    lines += [f"    | {line[:300]}" for line in (log or "").splitlines()]
+                except ApiError as e:
+                    lines.append(f"    (no log: {e.message})")
+        for cond in status.get("conditions", []):
+            if cond.get("status") != "True" and cond.get("message"):
+                lines.append(f"    {cond['type']}: {cond['message'][:200]}")
+    return "\n".join(lines)
+
+
+def pods_ready(env, scenario, ns, timeout=180):
+    """Every Deployment's pods Running and Ready through their own probes (the readiness probe
+    on /ready), none restarted; the time it took."""
+    started = time.monotonic()
+
+    def all_ready():
+        deployments = env.kube.list("apps/v1", "Deployment", ns)
+        for d in deployments:
+            want, status = d["spec"].get("replicas", 1), d.get("status", {})
+            if status.get("readyReplicas", 0) < want or status.get("updatedReplicas", 0) < want \
+                    or status.get("replicas", 0) != want:
+                return False
+        return bool(deployments)
+
+    try:
+        wait(f"{scenario}: every pod Ready", all_ready, timeout, interval=1)
+    except TimeoutError as e:
+        check(False, f"{e}\n{pod_report(env, ns)}")
+        return False
+    pods = env.kube.list("v1", "Pod", ns)
+    restarted = [p["metadata"]["name"] for p in pods
+                 for c in p["status"].get("containerStatuses", []) if c.get("restartCount")]
+    return check(not restarted, f"{scenario}: {len(pods)} pods Running and Ready on the node in "
+                 f"{time.monotonic() - started:.0f} s, none restarted" + (f" (restarted: {restarted})" if restarted else ""))
+
+
 def scenario_run(env, scenario, extra, tmp):
-    """install → HPA checks → upgrade → uninstall → nothing left."""
+    """install → every pod Ready → HPA checks → upgrade → uninstall → nothing left."""
     ns, release = f"chart-{scenario}", "sluice"
     env.namespace(ns)
-    port = free_port()
-    brokers = env.args.secure_brokers if scenario == "sasl-tls" else env.args.brokers
-    sets = ["--set", f"kafka.bootstrapServers={brokers}", "--set", f"lag.scaler.address=127.0.0.1:{port}"]
+    sets = env.images()
+    if scenario == "sasl-tls":
+        # The broker's certificate names its address, not a Service: TLS clients must use the address.
+        sets += ["--set", f"kafka.bootstrapServers={env.args.pod_secure_brokers}"]
+    elif scenario == "trigger-kafka":
+        # KEDA's operator reads Kafka itself, from its own namespace: "kafka" would not resolve there
+        # (the chart's NOTES say so).
+        sets += ["--set", f"kafka.bootstrapServers=kafka.{ns}.svc:9092"]
     env.helm("uninstall", release, "-n", ns, "--wait")  # what an interrupted run left
-    out = env.helm("install", release, str(CHART), "-n", ns, *extra, *sets)
+    out = env.helm("install", release, env.args.chart, "-n", ns, *extra, *sets)
     if not check(out.returncode == 0, f"{scenario}: helm install" + ("" if out.returncode == 0 else f": {out.stderr.strip()}")):
         return
-    lag = None
     try:
         values = json.loads(env.helm("get", "values", release, "-n", ns, "--all", "-o", "json").stdout)
         fullname = release
-        a = values["processor"]["autoscaling"]
-        keda = a["enabled"]
-        if keda and a["trigger"] != "kafka":
-            lag = start_lag(env, ns, fullname, port, tmp / scenario)
+        keda = values["processor"]["autoscaling"]["enabled"]
+        if pods_ready(env, scenario, ns) and scenario == "defaults":
+            security_checks(env, scenario, ns)
         if keda:
             hpa_checks(env, scenario, ns, values, fullname, f"{fullname}-processor")
         else:
@@ -255,10 +306,106 @@ def scenario_run(env, scenario, extra, tmp):
                   f"{scenario}: KEDA off: no ScaledObject, the Deployment keeps processor.replicas")
         upgrade_checks(env, scenario, ns, release, extra, sets, keda)
     finally:
-        if lag:
-            lag.terminate()
-            lag.wait(10)
         uninstall_checks(env, scenario, ns, release)
+
+
+def crashloop_checks(env):
+    """Bad input at deploy time: a wrong SLUICE_* value and a misspelt one given through --set
+    leave the processor pod in CrashLoopBackOff, its log the service's own error naming both."""
+    ns, release = "chart-bad-config", "bad"
+    env.namespace(ns)
+    env.helm("uninstall", release, "-n", ns, "--wait")
+    out = env.helm("install", release, env.args.chart, "-n", ns, *env.images(),
+                   "--set", "processor.env.SESSION_TIMEOUT_MS=fifteen-seconds", "--set", "processor.env.SESION_TIMEOUT_MS=15000")
+    if not check(out.returncode == 0, "bad config: helm install" + ("" if out.returncode == 0 else f": {out.stderr.strip()}")):
+        return
+    selector = f"app.kubernetes.io/instance%3D{release},app.kubernetes.io/component%3Dprocessor"
+
+    def crashlooping():
+        for pod in env.kube.get(f"/api/v1/namespaces/{ns}/pods?labelSelector={selector}")["items"]:
+            for c in pod["status"].get("containerStatuses", []):
+                if ((c.get("state") or {}).get("waiting") or {}).get("reason") == "CrashLoopBackOff":
+                    return pod["metadata"]["name"], c["restartCount"]
+        return None
+
+    try:
+        name, restarts = wait("bad config: the processor in CrashLoopBackOff", crashlooping, 120, interval=1)
+        log = env.kube.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}/log?previous=true") or ""
+        named = [v for v in ("SLUICE_PROCESSOR_SESSION_TIMEOUT_MS", "SLUICE_PROCESSOR_SESION_TIMEOUT_MS") if v in log]
+        check(len(named) == 2 and "invalid configuration" in log,
+              f"bad config: {name} in CrashLoopBackOff after {restarts} restarts, its log naming {named}: "
+              f"{' '.join(log.split())[:300]}")
+    except TimeoutError as e:
+        check(False, f"{e}\n{pod_report(env, ns)}")
+    finally:
+        env.helm("uninstall", release, "-n", ns, "--wait")
+
+
+def container_process(env, container_id):
+    """The host PID of a running container's first process (containerd's task list)."""
+    out = subprocess.run(["ctr", "--address", env.args.containerd_socket, "--namespace", "k8s.io", "tasks", "ls"],
+                         capture_output=True, text=True, check=True).stdout
+    for line in out.splitlines()[1:]:
+        fields = line.split()
+        if fields and fields[0] == container_id:
+            return int(fields[1])
+    return None
+
+
+def security_checks(env, scenario, ns):
+    """Each running container as its pod spec says, read from the kernel on the node: the
+    chart's user, no capabilities, no new privileges, seccomp filtering, a read-only root."""
+    for pod in env.kube.list("v1", "Pod", ns):
+        spec, name = pod["spec"], pod["metadata"]["name"]
+        user = spec["securityContext"]["runAsUser"]
+        for c in pod["status"].get("containerStatuses", []):
+            pid = container_process(env, c["containerID"].split("://", 1)[1])
+            if not check(pid is not None, f"{scenario}: {name}: its container runs on the node"):
+                continue
+            status = dict(line.split(":", 1) for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines())
+            uids = {int(u) for u in status["Uid"].split()}
+            root = next((line.split() for line in pathlib.Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
+                         if line.split()[4] == "/"), [])
+            check(uids == {user} and int(status["CapEff"], 16) == 0 and status["NoNewPrivs"].strip() == "1"
+                  and status["Seccomp"].strip() == "2" and "ro" in root[5].split(","),
+                  f"{scenario}: {name}: runs as uid {sorted(uids)} (chart: {user}), CapEff {status['CapEff'].strip()}, "
+                  f"NoNewPrivs {status['NoNewPrivs'].strip()}, Seccomp {status['Seccomp'].strip()} (filter), "
+                  f"root {root[5] if root else '?'}")
+
+
+def image_checks(env):
+    """The images the node pulled are what the chart runs: each one's user, entrypoint and
+    ports (its config, read from the registry) against the pod the chart renders."""
+    rendered = env.helm("template", "sluice", env.args.chart, *env.images(), "--set", "chainsim.enabled=true",
+                        "--kube-version", "1.36.0")
+    if rendered.returncode != 0:
+        check(False, f"helm template for the image checks: {rendered.stderr.strip()}")
+        return
+    registry, path = env.args.registry.split("/", 1)
+    for doc in yaml.safe_load_all(rendered.stdout):
+        if not doc or doc["kind"] != "Deployment":
+            continue
+        pod = doc["spec"]["template"]["spec"]
+        for c in pod["containers"]:
+            repo, tag = c["image"].split("/", 1)[1].rsplit(":", 1)
+            manifest = registry_get(registry, f"/v2/{repo}/manifests/{tag}")
+            config = registry_get(registry, f"/v2/{repo}/blobs/{manifest['config']['digest']}")["config"]
+            user = f"{pod['securityContext']['runAsUser']}:{pod['securityContext']['runAsGroup']}"
+            ports = {f"{p['containerPort']}/tcp" for p in c.get("ports", [])}
+            name = repo.rsplit("/", 1)[1]
+            check(config.get("User") == user and config.get("Entrypoint") == [f"/usr/local/bin/{name}"]
+                  and not c.get("command") and ports <= set(config.get("ExposedPorts", {})),
+                  f"image {name}:{tag}: user {config.get('User')} (chart {user}), entrypoint {config.get('Entrypoint')}, "
+                  f"ports {sorted(config.get('ExposedPorts', {}))} (chart {sorted(ports)})")
+
+
+def registry_get(registry, path):
+    """A JSON document from the registry's HTTP API (manifests in the OCI or Docker media type)."""
+    import urllib.request
+    request = urllib.request.Request(f"http://{registry}{path}", headers={"Accept": ", ".join([
+        "application/vnd.oci.image.manifest.v1+json", "application/vnd.docker.distribution.manifest.v2+json"])})
+    with urllib.request.urlopen(request, timeout=10) as r:
+        return json.load(r)
 
 
 def uninstall_checks(env, scenario, ns, release):
@@ -296,7 +443,7 @@ def upgrade_checks(env, scenario, ns, release, extra, sets, keda):
     token_before = admin_token(env, ns, f"{release}-scheduler-admin")
     dropped = ["-f", str(CHART / "ci" / "monitoring-off-values.yaml")] if scenario == "defaults" else []
     before = set(leftovers(env, ns, release))
-    out = env.helm("upgrade", release, str(CHART), "-n", ns, *extra, *dropped, *sets,
+    out = env.helm("upgrade", release, env.args.chart, "-n", ns, *extra, *dropped, *sets,
                    "--set", "processor.autoscaling.maxReplicas=5")
     if not check(out.returncode == 0, f"{scenario}: helm upgrade" + ("" if out.returncode == 0 else f": {out.stderr.strip()}")):
         return
@@ -330,7 +477,7 @@ def refusal_checks(env):
         ("the chart", ["--set", "processor.autoscaling.maxReplicas=13"], "processor.autoscaling.maxReplicas (13)"),
     ]
     for by, sets, names in cases:
-        out = env.helm("install", "bad", str(CHART), "-n", ns, *sets)
+        out = env.helm("install", "bad", env.args.chart, "-n", ns, *sets)
         check(out.returncode != 0 and names in out.stderr,
               f"refused by {by}: {' '.join(sets[1::2])} ({out.stderr.strip().splitlines()[-1] if out.stderr.strip() else 'accepted'})")
     # KEDA's webhook: a hand-made HPA already scales the processors (a migration to KEDA).
@@ -339,15 +486,14 @@ def refusal_checks(env):
                     "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "bad-sluice-processor"},
                              "minReplicas": 1, "maxReplicas": 3,
                              "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}]}})
-    out = env.helm("install", "bad", str(CHART), "-n", ns, "--set", "processor.autoscaling.trigger=kafka")
+    out = env.helm("install", "bad", env.args.chart, "-n", ns, "--set", "processor.autoscaling.trigger=kafka")
     check(out.returncode != 0 and "admission webhook" in out.stderr and "hand-made" in out.stderr,
           f"refused by KEDA's admission webhook: the processors already scaled by HPA hand-made "
           f"({out.stderr.strip().splitlines()[-1] if out.stderr.strip() else 'accepted'})")
     env.helm("uninstall", "bad", "-n", ns)
     # A release name of 53 characters: KEDA's default HPA name would be 71, over its limit.
     long = "a-release-name-long-enough-to-overflow-keda-hpa-names"
-    out = env.helm("install", long, str(CHART), "-n", ns, "--set", "processor.autoscaling.trigger=kafka",
-                   "--set", f"kafka.bootstrapServers={env.args.brokers}")
+    out = env.helm("install", long, env.args.chart, "-n", ns, "--set", "processor.autoscaling.trigger=kafka", *env.images())
     check(out.returncode == 0, f"a {len(long)}-character release name is accepted by KEDA's webhook"
           + ("" if out.returncode == 0 else f": {out.stderr.strip()}"))
     env.helm("uninstall", long, "-n", ns, "--wait")
@@ -355,29 +501,37 @@ def refusal_checks(env):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    for flag in ("--helm", "--kubeconfig", "--sluice-lag", "--brokers", "--secure-brokers", "--secure-ca",
-                 "--sasl-username", "--sasl-password"):
+    for flag in ("--helm", "--kubeconfig", "--chart", "--registry", "--node-ip", "--pod-brokers", "--pod-secure-brokers",
+                 "--pod-redis", "--chainsim", "--containerd-socket", "--secure-ca", "--sasl-username", "--sasl-password"):
         parser.add_argument(flag, required=True)
-    parser.add_argument("--only", action="append", help="run only these scenarios")
+    parser.add_argument("--only", action="append", help="run only these scenarios (bad-config: the CrashLoop check)")
     args = parser.parse_args()
     scenarios = {"defaults": []}
     for values in sorted((CHART / "ci").glob("*-values.yaml")):
         scenarios[values.name.removesuffix("-values.yaml")] = ["-f", str(values)]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
-        make_certs(tmp)
-        env = Env(args, tmp)
-        version = env.kube.get("/version")["gitVersion"]
-        print(f"API server {version}; scenarios: {', '.join(scenarios)}")
-        for scenario, extra in scenarios.items():
-            if args.only and scenario not in args.only:
-                continue
-            try:
-                scenario_run(env, scenario, extra, tmp)
-            except (ApiError, OSError, KeyError, subprocess.SubprocessError) as e:
-                check(False, f"{scenario}: {type(e).__name__}: {e}")
-        if not args.only:
-            refusal_checks(env)
+        make_certs(tmp, [f"chart-{s}" for s in scenarios])
+        chain, address = start_chain(args, tmp)
+        try:
+            env = Env(args, tmp, address)
+            version = env.kube.get("/version")["gitVersion"]
+            print(f"API server {version}; chart {args.chart}, images {args.registry}/sluice-*; scenarios: {', '.join(scenarios)}")
+            image_checks(env)
+            for scenario, extra in scenarios.items():
+                if args.only and scenario not in args.only:
+                    continue
+                try:
+                    scenario_run(env, scenario, extra, tmp)
+                except (ApiError, OSError, KeyError, subprocess.SubprocessError) as e:
+                    check(False, f"{scenario}: {type(e).__name__}: {e}")
+            if not args.only:
+                refusal_checks(env)
+            if not args.only or "bad-config" in args.only:
+                crashloop_checks(env)
+        finally:
+            chain.terminate()
+            chain.wait(10)
     print(f"\n{len(failures)} failed")
     sys.exit(1 if failures else 0)
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The simulator measured on the real thing: a `sluice-demo --kubernetes` run (the real HPA and
-KEDA scaling the processors) against `sluice-lag simulate` on the same trace with the same
+KEDA scaling the processor pods on the cluster's node) against `sluice-lag simulate` on the same trace with the same
 policy.
 
 The run must show what the chart promises: the HPA raised the processors during the burst,
@@ -81,7 +81,7 @@ def main():
     parser.add_argument("--sluice-lag", required=True)
     parser.add_argument("--out")
     parser.add_argument("--startup", type=float, default=3.0,
-                        help="seconds from a replica asked for to a processor consuming (the follower: local processes)")
+                        help="seconds from a replica asked for to a processor pod consuming")
     parser.add_argument("--tail", type=float, default=90.0, help="quiet seconds appended to the simulated trace")
     parser.add_argument("--max-peak-difference", type=int, default=2)
     parser.add_argument("--max-first-step-difference", type=float, default=20.0,
@@ -93,7 +93,7 @@ def main():
     minimum = max(int(values.get("processor.autoscaling.minReplicas", 1)), 1)
 
     check(report["autoscaler"].startswith("Kubernetes"), f"the run was scaled by Kubernetes: {report['autoscaler'][:60]}…")
-    # The replicas the HPA set, second by second: the follower's steps (a step after the last
+    # The replicas the HPA set, second by second: the Deployment's steps (a step after the last
     # sample — the final scale-down — gets a sample of its own).
     steps_real = sorted((x["t"], x["to"]) for x in report["scaling"])
     real_t = sorted({s["t"] for s in timeline} | {t for t, _ in steps_real})

@@ -107,6 +107,17 @@ class Kube:
     def list(self, api_version, kind, namespace=None):
         return self.get(self.path(api_version, kind, namespace=namespace))["items"]
 
+    def host_service(self, namespace, name, port, host, target):
+        """A Service NAME:PORT without a selector whose EndpointSlice names HOST:TARGET, as
+        clusters reach a database or a broker outside them (kube-proxy routes it, DNS names it)."""
+        self.apply({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": namespace},
+                    "spec": {"ports": [{"name": name, "port": port, "protocol": "TCP"}]}})
+        self.apply({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                    "metadata": {"name": f"{name}-host", "namespace": namespace,
+                                 "labels": {"kubernetes.io/service-name": name}},
+                    "addressType": "IPv4", "ports": [{"name": name, "port": target, "protocol": "TCP"}],
+                    "endpoints": [{"addresses": [host]}]})
+
 
 def condition(obj, kind):
     """The status of condition `kind` of an object, or None."""

@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # cluster.sh's up|down|status|env (sourced by it, not run): the processes of the control
-# plane, their certificates and the objects that wire KEDA into the API server. Reads the
-# globals cluster.sh sets: HERE, MODULES, BIN, KEDA_VERSION.
+# plane, their certificates and the objects that wire KEDA into the API server; the node is
+# node.sh's, the record of the machine machine.sh's. Reads the globals cluster.sh sets: HERE,
+# MODULES, BIN, KEDA_VERSION.
 
 REPO_ROOT=$(cd "$HERE/../.." && pwd)
 DIR=$(realpath -m "${SLUICE_CLUSTER_DIR:-$REPO_ROOT/.stack/cluster}")
@@ -10,19 +11,40 @@ PORT=${SLUICE_CLUSTER_PORT:-23443}
 ETCD_PORT=$((PORT + 1)) ETCD_PEER_PORT=$((PORT + 2)) ADAPTER_PORT=$((PORT + 3)) WEBHOOKS_PORT=$((PORT + 4))
 GRPC_PORT=$((PORT + 5)) OPERATOR_METRICS=$((PORT + 6)) OPERATOR_PROBE=$((PORT + 7))
 WEBHOOKS_METRICS=$((PORT + 8)) WEBHOOKS_PROBE=$((PORT + 9)) ADAPTER_METRICS=$((PORT + 10))
+LAST_PORT=$((PORT + 17)) # node.sh: the kubelet's and kube-proxy's; registry.sh's; dns.sh's health and ready
 PKI="$DIR/pki" KUBECONFIG_FILE="$DIR/kubeconfig"
-PROCESSES=(etcd kube-apiserver kube-controller-manager keda-operator keda-adapter keda-webhooks)
+SERVICE_CIDR=10.96.0.0/16
+CONTROL_PLANE=(etcd kube-apiserver kube-controller-manager)
+KEDA=(keda-operator keda-adapter keda-webhooks)
+
+# shellcheck source=deploy/local/cluster/machine.sh
+source "$MODULES/machine.sh"
+# shellcheck source=deploy/local/cluster/node.sh
+source "$MODULES/node.sh"
+# shellcheck source=deploy/local/cluster/registry.sh
+source "$MODULES/registry.sh"
+# shellcheck source=deploy/local/cluster/dns.sh
+source "$MODULES/dns.sh"
+PROCESSES=("${CONTROL_PLANE[@]}" docker-registry coredns "${NODE_PROCESSES[@]}" "${KEDA[@]}")
 
 port_open() {
   # shellcheck disable=SC2016 # $0 is expanded by the inner bash
   timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$0"' "$1" 2>/dev/null
 }
 
+# The binary of process NAME: Debian's for containerd, the ones built here for the rest.
+binary() { # name
+  case $1 in
+    containerd | docker-registry) realpath "$(command -v "$1")" ;;
+    *) echo "$BIN/$1" ;;
+  esac
+}
+
 # Is PID one of this cluster's NAME processes (its binary, with this dir in its arguments)?
 is_ours() { # name pid
   local exe cmd
   exe=$(readlink "/proc/$2/exe" 2>/dev/null) || return 1
-  [[ $exe == "$BIN/$1" ]] || return 1
+  [[ $exe == "$(binary "$1")" ]] || return 1
   cmd=$(tr '\0' ' ' <"/proc/$2/cmdline" 2>/dev/null) || return 1
   [[ $cmd == *"$DIR/"* ]]
 }
@@ -38,8 +60,11 @@ start() { # name args…
   local name=$1
   shift
   [[ -n $(pid_of "$name") ]] && return 0
+  local cmd=("$(binary "$name")" "$@")
+  # KEDA runs on the host but resolves Service names as in a cluster (dns.sh).
+  [[ $name == keda-* ]] && cmd=("${DNS_RESOLVING[@]}" "${cmd[@]}")
   # 9 is the dir's lock: a process that kept it would block every later up and down.
-  setsid "$BIN/$name" "$@" >>"$DIR/logs/$name.log" 2>&1 </dev/null 9>&- &
+  setsid "${cmd[@]}" >>"$DIR/logs/$name.log" 2>&1 </dev/null 9>&- &
   local pid=$! deadline=$((SECONDS + 10))
   echo "$pid" >"$DIR/$name.pid"
   # Until setsid has exec'd the binary, /proc shows the shell: wait for it, or for its end.
@@ -111,6 +136,7 @@ ensure_pki() {
   # the API server reaches the adapter by its Service's name, the rest by 127.0.0.1.
   certificate ca keda /CN=keda "IP:127.0.0.1,DNS:localhost,DNS:keda-metrics-apiserver.keda.svc,DNS:keda-operator.keda.svc,DNS:keda-admission-webhooks.keda.svc" serverAuth,clientAuth
   cp "$PKI/ca.crt" "$PKI/keda/ca.crt" && mv "$PKI/keda.crt" "$PKI/keda/tls.crt" && mv "$PKI/keda.key" "$PKI/keda/tls.key"
+  certificate ca kubelet-client "/CN=kube-apiserver-kubelet-client/O=system:masters" "DNS:kube-apiserver-kubelet-client" clientAuth
   openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null && openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
   printf '%s,admin,admin,system:masters\n' "$(openssl rand -hex 24)" >"$PKI/tokens.csv"
   touch "$PKI/done"
@@ -155,15 +181,17 @@ start_control_plane() {
     --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" --client-ca-file "$PKI/ca.crt" \
     --service-account-issuer https://kubernetes.default.svc --service-account-signing-key-file "$PKI/sa.key" \
     --service-account-key-file "$PKI/sa.pub" --authorization-mode RBAC --token-auth-file "$PKI/tokens.csv" \
-    --service-cluster-ip-range 10.96.0.0/16 --endpoint-reconciler-type none --profiling=false \
+    --service-cluster-ip-range "$SERVICE_CIDR" --endpoint-reconciler-type none --profiling=false \
     --requestheader-client-ca-file "$PKI/front-proxy-ca.crt" --requestheader-allowed-names aggregator \
     --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
     --requestheader-extra-headers-prefix X-Remote-Extra- \
-    --proxy-client-cert-file "$PKI/proxy-client.crt" --proxy-client-key-file "$PKI/proxy-client.key"
+    --proxy-client-cert-file "$PKI/proxy-client.crt" --proxy-client-key-file "$PKI/proxy-client.key" \
+    --kubelet-client-certificate "$PKI/kubelet-client.crt" --kubelet-client-key "$PKI/kubelet-client.key" \
+    --kubelet-preferred-address-types InternalIP
   wait_until "kube-apiserver's /readyz on 127.0.0.1:$PORT" 90 kube-apiserver api_ready
   start kube-controller-manager --kubeconfig "$KUBECONFIG_FILE" \
     --authentication-kubeconfig "$KUBECONFIG_FILE" --authorization-kubeconfig "$KUBECONFIG_FILE" \
-    --controllers deployment,replicaset,horizontalpodautoscaling,serviceaccount,garbagecollector,namespace \
+    --controllers deployment,replicaset,horizontalpodautoscaling,serviceaccount,garbagecollector,namespace,nodelifecycle,taint-eviction-controller,disruption,endpointslice,podgc,root-ca-cert-publisher \
     --leader-elect=false --secure-port 0 --profiling=false \
     --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt"
 }
@@ -206,6 +234,7 @@ EOF
 }
 
 start_keda() {
+  mkdir -p "$DIR/dns" && dns_resolv_conf "$(node_ip)"
   export KUBECONFIG=$KUBECONFIG_FILE WATCH_NAMESPACE="" POD_NAMESPACE=keda KEDA_CLUSTER_OBJECT_NAMESPACE=keda \
     OPERATOR_NAME=keda-operator
   start keda-operator --leader-elect=false --cert-dir "$PKI/keda" --ca-dir "$PKI/scaler-ca" --enable-cert-rotation=false \
@@ -244,8 +273,8 @@ cmd_up() {
   flock -w 300 9 || die "another cluster.sh is busy with $DIR"
   check_port_setting
   if [[ -z $(pid_of kube-apiserver) ]]; then
-    for p in $(seq "$PORT" $((PORT + 10))); do
-      port_open "$p" && die "port $p is in use (the cluster needs $PORT-$((PORT + 10))); choose others with SLUICE_CLUSTER_PORT"
+    for p in $(seq "$PORT" "$LAST_PORT"); do
+      port_open "$p" && die "port $p is in use (the cluster needs $PORT-$LAST_PORT); choose others with SLUICE_CLUSTER_PORT"
     done
   fi
   ensure_pki
@@ -255,6 +284,9 @@ cmd_up() {
   echo "installing KEDA's and prometheus-operator's CRDs and wiring KEDA $KEDA_VERSION into the API server"
   apply_keda_objects
   start_keda
+  registry_up
+  dns_up "$(node_ip)"
+  node_up
   for name in "${PROCESSES[@]}"; do [[ -n $(pid_of "$name") ]] || fail_with_log "$name is not running" "$name"; done
   echo "cluster up in $((SECONDS - started)) s: https://127.0.0.1:$PORT"
   echo "kubeconfig: $KUBECONFIG_FILE"
@@ -265,8 +297,15 @@ cmd_down() {
   mkdir -p "$DIR"
   exec 9>"$DIR/.lock"
   flock -w 300 9 || die "another cluster.sh is busy with $DIR"
-  # KEDA before the API server, the API server before etcd.
-  for ((i = ${#PROCESSES[@]} - 1; i >= 0; i--)); do stop "${PROCESSES[i]}"; done
+  # KEDA and the controllers first (nothing scales or replaces a pod), then the node (its
+  # pods deleted through the API server), then the API server, then etcd.
+  for ((i = ${#KEDA[@]} - 1; i >= 0; i--)); do stop "${KEDA[i]}"; done
+  stop kube-controller-manager
+  PYTHON=$("$HERE/tools.sh" python)
+  node_down
+  stop coredns
+  stop docker-registry
+  for ((i = ${#CONTROL_PLANE[@]} - 1; i >= 0; i--)); do stop "${CONTROL_PLANE[i]}"; done
   echo "cluster in $DIR stopped"
 }
 
@@ -280,6 +319,7 @@ cmd_status() {
     api_ready || { echo "kube-apiserver: /readyz does not answer ok"; rc=1; }
     kube wait /apis/apiregistration.k8s.io/v1/apiservices/v1beta1.external.metrics.k8s.io Available --timeout 3 >/dev/null 2>&1 \
       || { echo "external.metrics.k8s.io: not Available"; rc=1; }
+    node_ready || { echo "node $NODE_NAME: not Ready"; rc=1; }
   fi
   return "$rc"
 }
@@ -290,4 +330,7 @@ cmd_env() {
   echo "export SLUICE_KUBE_SERVER=https://127.0.0.1:$PORT"
   echo "export SLUICE_KUBE_CA=$PKI/ca.crt"
   echo "export SLUICE_KUBE_TOKEN=$(cut -d, -f1 "$PKI/tokens.csv")"
+  echo "export SLUICE_REGISTRY=$REGISTRY"
+  echo "export SLUICE_NODE_IP=$(node_ip)"
+  echo "export SLUICE_NODE_CONTAINERD=$NODE_SOCKET"
 }

@@ -17,11 +17,18 @@ pub struct Args {
     #[arg(long, default_value_t = 60.0)]
     pub burst_every_seconds: f64,
     /// Each burst's length, seconds (the last ones of each period).
-    #[arg(long, default_value_t = 6.0)]
+    #[arg(long, default_value_t = 30.0)]
     pub burst_seconds: f64,
     /// The rate's multiplier during a burst.
     #[arg(long, default_value_t = 4)]
     pub burst_factor: u32,
+    /// Each local processor's CPU, millicores, as a pod's CPU limit (a control group of the
+    /// demo's own with the kubelet's CFS quota; needs root): a processor drains at the rate a
+    /// pod of that size would, so the traffic can outgrow one. 0: unlimited. Default: 100
+    /// where a control group can be made (else unlimited, said so). Not with --kubernetes,
+    /// where the chart's values set it.
+    #[arg(long)]
+    pub processor_cpu: Option<u32>,
     /// Partitions of the demo's topics.
     #[arg(long, default_value_t = 12)]
     pub partitions: u32,
@@ -66,11 +73,27 @@ pub struct Args {
     /// discovery targets in `targets.json` (namespace `sluice-demo`).
     #[arg(long)]
     pub scrapes: Option<PathBuf>,
-    /// Scale with a real Kubernetes control plane (deploy/local/cluster.sh) instead of the
-    /// stand-in: the chart installed with helm, KEDA and the HPA deciding, the demo running the
-    /// processors the Deployment asks for (see kubernetes.rs).
+    /// Scale with a real Kubernetes cluster (deploy/local/cluster.sh) instead of the stand-in:
+    /// the chart installed with helm, KEDA and the HPA deciding, the processors and sluice-lag
+    /// the chart's pods on the cluster's node (see kubernetes.rs).
     #[arg(long)]
     pub kubernetes: bool,
+    /// With --kubernetes: the registry and path the node pulls the images from (the chart's
+    /// image.registry; deploy/images/build.sh --push put them there).
+    #[arg(long, env = "SLUICE_IMAGE_REGISTRY")]
+    pub image_registry: Option<String>,
+    /// With --kubernetes: the images' tag (the chart's image.tag; empty: its appVersion).
+    #[arg(long, env = "SLUICE_IMAGE_TAG")]
+    pub image_tag: Option<String>,
+    /// With --kubernetes: where the pods reach Kafka (stack.sh's listener for pods).
+    #[arg(long, env = "SLUICE_KAFKA_POD_BROKERS")]
+    pub pod_brokers: Option<String>,
+    /// With --kubernetes: this machine's address that the pods reach (the chain listens there).
+    #[arg(long, env = "SLUICE_STACK_POD_ADDRESS")]
+    pub pod_address: Option<String>,
+    /// With --kubernetes: where the pods reach Redis.
+    #[arg(long, env = "SLUICE_REDIS_POD_URL")]
+    pub pod_redis_url: Option<String>,
     /// The cluster's kubeconfig (cluster.sh env prints it).
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,

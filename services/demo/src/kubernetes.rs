@@ -1,11 +1,12 @@
-//! `--kubernetes`: the chart installed with the real helm into a real control plane
+//! `--kubernetes`: the chart installed with the real helm into a real cluster
 //! (`deploy/local/cluster.sh`: kube-apiserver, kube-controller-manager's HPA controller,
-//! KEDA's operator, metrics adapter and webhooks) in place of the stand-in engine. No
-//! kubelet runs there, so the demo plays its part for two Deployments: the **replica
-//! follower** runs as many local processors as the processor Deployment's `spec.replicas`
-//! (which the HPA that KEDA made from the chart's ScaledObject writes), each with the
-//! pod's environment as the API server holds it (Secrets resolved), and sluice-lag with
-//! its pod's environment, its scaler where the chart's `lag.scaler.address` tells KEDA.
+//! KEDA's operator, metrics adapter and webhooks, kube-scheduler, and a node whose kubelet
+//! runs the pods) in place of the stand-in engine. The processors and sluice-lag are the
+//! chart's pods, from the images the project built: KEDA scales the processor Deployment
+//! through the HPA it made, the kubelet starts and stops the pods (SIGTERM, then the grace
+//! period), and the demo watches them through the API server and reads each pod's
+//! `/metrics` on its address. The chain, the ingest and the scheduler stay the demo's own
+//! processes: they are the traffic and the record it is checked against.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -18,7 +19,7 @@ use openssl::ssl::{SslConnector, SslMethod};
 use serde_json::Value;
 
 /// The API server, as the kubeconfig names it (cluster.sh's: a CA file and a bearer token).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Api {
     addr: String,
     host: String,
@@ -48,21 +49,19 @@ impl Api {
 
     /// GET `path`: the JSON body of a 200, `None` for a 404, an error otherwise.
     pub fn get(&self, path: &str) -> anyhow::Result<Option<Value>> {
-        let tcp = TcpStream::connect(&self.addr).with_context(|| format!("connecting to {}", self.addr))?;
-        tcp.set_read_timeout(Some(Duration::from_secs(10)))?;
-        let mut s = self.tls.connect(&self.host, tcp).with_context(|| format!("TLS to {}", self.addr))?;
-        // HTTP/1.0: the body ends with the connection, never chunked.
-        let request = format!(
-            "GET {path} HTTP/1.0\r\nHost: {}\r\nAuthorization: Bearer {}\r\nAccept: application/json\r\n\r\n",
-            self.addr, self.token
-        );
-        s.write_all(request.as_bytes())?;
+        self.send("GET", path, None)
+    }
+
+    /// `method path` with an optional (content type, body): the JSON body of a 2xx, `None`
+    /// for a 404, an error naming the server's message otherwise.
+    pub fn send(&self, method: &str, path: &str, body: Option<(&str, &str)>) -> anyhow::Result<Option<Value>> {
+        let mut s = self.request(method, path, body, Duration::from_secs(10))?;
         let mut raw = Vec::new();
         // A server that closes without TLS's close_notify ends the read with an error: the
         // body is whole when its Content-Length arrived or the headers said nothing of one.
         let ended = s.read_to_end(&mut raw);
         let text = String::from_utf8_lossy(&raw);
-        let (head, body) = text.split_once("\r\n\r\n").with_context(|| format!("GET {path}: no HTTP answer"))?;
+        let (head, body) = text.split_once("\r\n\r\n").with_context(|| format!("{method} {path}: no HTTP answer"))?;
         let length = head.lines().find_map(|l| {
             let (k, v) = l.split_once(':')?;
             k.eq_ignore_ascii_case("content-length").then(|| v.trim().parse::<usize>().ok()).flatten()
@@ -70,19 +69,63 @@ impl Api {
         if let Err(e) = ended
             && length.is_some_and(|n| body.len() < n)
         {
-            bail!("GET {path}: the answer was cut short: {e}");
+            bail!("{method} {path}: the answer was cut short: {e}");
         }
         let code: u16 = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
         match code {
-            200 => Ok(Some(serde_json::from_str(body).with_context(|| format!("GET {path}: not JSON"))?)),
+            200..=299 => Ok(Some(serde_json::from_str(body).with_context(|| format!("{method} {path}: not JSON"))?)),
             404 => Ok(None),
             _ => {
                 let message = serde_json::from_str::<Value>(body)
                     .ok()
                     .and_then(|v| v.get("message").and_then(Value::as_str).map(String::from));
-                bail!("GET {path}: HTTP {code}: {}", message.unwrap_or_else(|| body.chars().take(200).collect()))
+                bail!("{method} {path}: HTTP {code}: {}", message.unwrap_or_else(|| body.chars().take(200).collect()))
             }
         }
+    }
+}
+
+impl Api {
+    /// Sends `method path` (HTTP/1.0: the answer's body ends with the connection, never
+    /// chunked) and returns the connection to read the answer from.
+    fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<(&str, &str)>,
+        timeout: Duration,
+    ) -> anyhow::Result<openssl::ssl::SslStream<TcpStream>> {
+        let tcp = TcpStream::connect(&self.addr).with_context(|| format!("connecting to {}", self.addr))?;
+        tcp.set_read_timeout(Some(timeout))?;
+        let mut s = self.tls.connect(&self.host, tcp).with_context(|| format!("TLS to {}", self.addr))?;
+        let mut request = format!(
+            "{method} {path} HTTP/1.0\r\nHost: {}\r\nAuthorization: Bearer {}\r\nAccept: application/json\r\n",
+            self.addr, self.token
+        );
+        if let Some((kind, text)) = body {
+            request.push_str(&format!("Content-Type: {kind}\r\nContent-Length: {}\r\n", text.len()));
+        }
+        request.push_str("\r\n");
+        request.push_str(body.map_or("", |(_, text)| text));
+        s.write_all(request.as_bytes())?;
+        Ok(s)
+    }
+
+    /// GET `path` and copy the answer's body into `to` as it comes, until the server ends it
+    /// (a followed log ends when its container exits) or nothing comes for `idle`.
+    pub fn stream(&self, path: &str, to: &mut impl Write, idle: Duration) -> anyhow::Result<()> {
+        let mut s = self.request("GET", path, None, idle)?;
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            anyhow::ensure!(s.read(&mut byte)? == 1, "GET {path}: no HTTP answer");
+            head.push(byte[0]);
+        }
+        let code = String::from_utf8_lossy(&head).split_whitespace().nth(1).and_then(|c| c.parse::<u16>().ok());
+        anyhow::ensure!(code == Some(200), "GET {path}: HTTP {code:?}");
+        // The server closes without TLS's close_notify: what arrived is what there was.
+        let _ = std::io::copy(&mut s, to);
+        Ok(())
     }
 }
 
@@ -173,46 +216,37 @@ impl Cluster {
         Ok(d.pointer("/spec/replicas").and_then(Value::as_u64).unwrap_or(1) as u32)
     }
 
-    /// The first container's environment as a pod of the Deployment would get it: literal
-    /// values, Secret and ConfigMap keys read from the API server, the pod's name.
-    pub fn pod_env(&self, component: &str, pod: &str) -> anyhow::Result<Vec<(String, String)>> {
-        let d = self.deployment(component)?;
-        let env = d.pointer("/spec/template/spec/containers/0/env").and_then(Value::as_array).cloned();
-        let mut out = Vec::new();
-        for e in env.unwrap_or_default() {
-            let name = e["name"].as_str().unwrap_or_default().to_string();
-            let value = match (&e["value"], &e["valueFrom"]) {
-                (Value::String(v), _) => v.clone(),
-                (_, Value::Object(from)) => self.value_from(&name, from, pod)?,
-                _ => String::new(),
-            };
-            out.push((name, value));
-        }
-        Ok(out)
+    /// Every pod of the release, as the API server has them.
+    pub fn pods(&self) -> anyhow::Result<Vec<PodView>> {
+        let path = format!(
+            "/api/v1/namespaces/{}/pods?labelSelector=app.kubernetes.io/instance%3D{}",
+            self.namespace, self.release
+        );
+        let list = self.api.get(&path)?.with_context(|| format!("no pods list in {}", self.namespace))?;
+        let items = list["items"].as_array().cloned().unwrap_or_default();
+        Ok(items.iter().map(PodView::from_json).collect())
     }
 
-    fn value_from(&self, name: &str, from: &serde_json::Map<String, Value>, pod: &str) -> anyhow::Result<String> {
-        let key_of = |kind: &str, r: &Value| -> anyhow::Result<Option<String>> {
-            let (object, key) = (r["name"].as_str().unwrap_or_default(), r["key"].as_str().unwrap_or_default());
-            let path = format!("/api/v1/namespaces/{}/{kind}/{object}", self.namespace);
-            let Some(obj) = self.api.get(&path)? else {
-                bail!("{name}: {kind} {object} does not exist (a pod would not start)");
-            };
-            Ok(obj.pointer(&format!("/data/{key}")).and_then(Value::as_str).map(String::from))
-        };
-        if let Some(r) = from.get("secretKeyRef") {
-            let encoded = key_of("secrets", r)?.with_context(|| format!("{name}: no such key in the Secret"))?;
-            let bytes = openssl::base64::decode_block(&encoded)?;
-            return Ok(String::from_utf8(bytes)?);
-        }
-        if let Some(r) = from.get("configMapKeyRef") {
-            return key_of("configmaps", r)?.with_context(|| format!("{name}: no such key in the ConfigMap"));
-        }
-        match from.get("fieldRef").and_then(|f| f["fieldPath"].as_str()) {
-            Some("metadata.name") => Ok(pod.to_string()),
-            Some("metadata.namespace") => Ok(self.namespace.clone()),
-            other => bail!("{name}: valueFrom {other:?} is not something the follower can give"),
-        }
+    /// Follows a pod's log into `to` in the background until its container exits (the
+    /// kubelet deletes a stopped pod's log with it: what a processor printed while it shut down
+    /// is read while it does).
+    pub fn follow_log(&self, pod: &str, to: PathBuf) -> std::thread::JoinHandle<anyhow::Result<()>> {
+        let (api, path) =
+            (self.api.clone(), format!("/api/v1/namespaces/{}/pods/{pod}/log?follow=true", self.namespace));
+        std::thread::spawn(move || {
+            let mut file = std::fs::File::create(&to).with_context(|| format!("creating {}", to.display()))?;
+            api.stream(&path, &mut file, Duration::from_secs(120))
+        })
+    }
+
+    /// Sets a component's Deployment to `replicas` through its scale subresource, as
+    /// `kubectl scale` does (the ingest to 0 ends the traffic).
+    pub fn scale(&self, component: &str, replicas: u32) -> anyhow::Result<()> {
+        let path =
+            format!("/apis/apps/v1/namespaces/{}/deployments/{}-{component}/scale", self.namespace, self.release);
+        let body = serde_json::json!({"spec": {"replicas": replicas}}).to_string();
+        self.api.send("PATCH", &path, Some(("application/merge-patch+json", &body)))?;
+        Ok(())
     }
 
     /// The HPA KEDA made for the processors' ScaledObject, if it exists yet.
@@ -232,13 +266,56 @@ impl Cluster {
     }
 }
 
-/// The pod environment with the local process's own ports over it (every pod of a
-/// Deployment listens on the same port; here they share one address).
-pub fn local_env(pod: Vec<(String, String)>, overrides: &[(String, String)]) -> Vec<(String, String)> {
-    let mut env: Vec<(String, String)> =
-        pod.into_iter().filter(|(k, _)| k != "SLUICE_LOG_FORMAT" && !overrides.iter().any(|(o, _)| o == k)).collect();
-    env.extend(overrides.iter().cloned());
-    env
+/// One pod, as far as the demo needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodView {
+    pub name: String,
+    /// Its `app.kubernetes.io/component` (processor, lag, ingest, scheduler, chainsim).
+    pub component: String,
+    /// Its address on the node's bridge, once it has one.
+    pub ip: Option<String>,
+    pub node: Option<String>,
+    /// Its Ready condition (the readiness probe on /ready passing).
+    pub ready: bool,
+    /// Deleted and shutting down (SIGTERM sent, the grace period running).
+    pub terminating: bool,
+    /// How long the kubelet waits after SIGTERM: the deletion's grace period once it is
+    /// deleted (0: killed at once, as `kubectl delete --grace-period=0 --force`), its
+    /// `terminationGracePeriodSeconds` before.
+    pub grace_seconds: u64,
+}
+
+impl PodView {
+    fn from_json(pod: &Value) -> Self {
+        let text = |p: &str| pod.pointer(p).and_then(Value::as_str).map(String::from);
+        let ready = pod
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+        Self {
+            name: text("/metadata/name").unwrap_or_default(),
+            component: text("/metadata/labels/app.kubernetes.io~1component").unwrap_or_default(),
+            ip: text("/status/podIP"),
+            node: text("/spec/nodeName"),
+            ready,
+            terminating: pod.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null()),
+            grace_seconds: pod
+                .pointer("/metadata/deletionGracePeriodSeconds")
+                .or_else(|| pod.pointer("/spec/terminationGracePeriodSeconds"))
+                .and_then(Value::as_u64)
+                .unwrap_or(30),
+        }
+    }
+
+    /// Serving: Ready and not shutting down.
+    pub fn serving(&self) -> bool {
+        self.ready && !self.terminating
+    }
+
+    /// GET `path` on the pod's `port`: its status and body.
+    pub fn http_get(&self, port: u16, path: &str) -> Option<(u16, String)> {
+        sluice_service::process::http_get_at(self.ip.as_deref()?, port, path)
+    }
 }
 
 #[cfg(test)]
@@ -246,20 +323,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_local_process_keeps_the_pod_s_settings_and_takes_its_own_ports() {
-        let pod = vec![
-            ("SLUICE_PROCESSOR_GROUP_ID".to_string(), "g".to_string()),
-            ("SLUICE_PROCESSOR_ADMIN_LISTEN".to_string(), "0.0.0.0:9090".to_string()),
-            ("SLUICE_LOG_FORMAT".to_string(), "json".to_string()),
-        ];
-        let env = local_env(pod, &[("SLUICE_PROCESSOR_ADMIN_LISTEN".into(), "127.0.0.1:4000".into())]);
-        assert_eq!(
-            env,
-            vec![
-                ("SLUICE_PROCESSOR_GROUP_ID".to_string(), "g".to_string()),
-                ("SLUICE_PROCESSOR_ADMIN_LISTEN".to_string(), "127.0.0.1:4000".to_string()),
-            ]
-        );
+    fn a_pod_serves_when_ready_and_not_shutting_down() {
+        let pod = |ready: &str, deleted: Value| {
+            PodView::from_json(&serde_json::json!({
+                "metadata": {"name": "sluice-processor-1", "deletionTimestamp": deleted,
+                             "labels": {"app.kubernetes.io/component": "processor"}},
+                "spec": {"nodeName": "sluice-node"},
+                "status": {"podIP": "10.244.0.7", "conditions": [{"type": "Ready", "status": ready}]},
+            }))
+        };
+        let serving = pod("True", Value::Null);
+        assert_eq!((serving.ip.as_deref(), serving.node.as_deref()), (Some("10.244.0.7"), Some("sluice-node")));
+        assert_eq!(serving.component, "processor");
+        assert!(serving.serving());
+        assert!(!pod("False", Value::Null).serving(), "not ready");
+        assert!(!pod("True", "2026-12-03T00:00:00Z".into()).serving(), "terminating");
     }
 
     #[test]

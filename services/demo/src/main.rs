@@ -16,6 +16,7 @@
 mod args;
 mod autoscale;
 mod chaos;
+mod cpu;
 mod kubernetes;
 mod outputs;
 mod procs;
@@ -93,7 +94,15 @@ async fn main() -> anyhow::Result<()> {
 
     say(&format!("== {id}: the whole system on this machine (logs in {})", logs.display()));
     let chain_port = free_port()?;
-    let chain_url = format!("http://127.0.0.1:{chain_port}");
+    // With --kubernetes the chain listens where the pods reach the host.
+    let chain_host = match (args.kubernetes, &args.pod_address) {
+        (true, Some(address)) => address.clone(),
+        (true, None) => {
+            anyhow::bail!("--kubernetes needs --pod-address (SLUICE_STACK_POD_ADDRESS): the pods reach the chain there")
+        }
+        (false, _) => "127.0.0.1".to_string(),
+    };
+    let chain_url = format!("http://{chain_host}:{chain_port}");
     // The chain's shape is known here too, so the view can show its true rate.
     anyhow::ensure!(
         args.burst_every_seconds >= 0.0 && args.burst_seconds >= 0.0 && args.burst_seconds <= args.burst_every_seconds,
@@ -115,7 +124,7 @@ async fn main() -> anyhow::Result<()> {
         &[
             "serve",
             "--listen",
-            &format!("127.0.0.1:{chain_port}"),
+            &format!("{chain_host}:{chain_port}"),
             "--rate",
             &args.rate.to_string(),
             "--seed",
@@ -133,6 +142,7 @@ async fn main() -> anyhow::Result<()> {
         0,
         &logs,
     )?;
+    let cpu = cpu_limit(&args)?;
     let mut system = System {
         args: args.clone(),
         names: names.clone(),
@@ -146,6 +156,10 @@ async fn main() -> anyhow::Result<()> {
         lag_scaler: None,
         next_processor: 0,
         kube: None,
+        pods: Vec::new(),
+        pods_served: Default::default(),
+        shutdowns: Vec::new(),
+        cpu,
         stopping: Vec::new(),
     };
     let run = async { run(&mut system, started_ms, &chain_config).await.map(Some) };
@@ -162,8 +176,9 @@ async fn main() -> anyhow::Result<()> {
         }
     };
     // Everything still running stops now (SIGTERM, then SIGKILL), and what
-    // was already stopping is waited for.
+    // was already stopping is waited for; then the processors' control group goes.
     let stopping = std::mem::take(&mut system.stopping);
+    let cpu = system.cpu.take();
     let stop = tokio::task::spawn_blocking(move || {
         procs::stop_all(&mut system.ingest, Duration::from_secs(25));
         procs::stop_all(&mut system.processors, Duration::from_secs(25));
@@ -183,6 +198,7 @@ async fn main() -> anyhow::Result<()> {
     for task in stopping {
         let _ = task.await;
     }
+    drop(cpu);
     match outcome {
         Ok(Some(true)) => Ok(()),
         Ok(Some(false)) => {
@@ -225,16 +241,25 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
     };
     let policy = autoscale::policy(&args.values_files(), &overrides).map_err(anyhow::Error::msg)?;
     let kube_version = if args.kubernetes { Some(install_release(system, &overrides)?) } else { None };
-    let grpc = system.start_scheduler(0)?;
-    system.start_scheduler(1)?;
-    system.start_lag()?;
-    // The token registry before any processor needs it: trigger the refresh
-    // job now rather than wait for its first tick.
+    // With --kubernetes the chart's pods run the scheduler, sluice-lag and the ingest.
+    let grpc = match system.kube {
+        Some(_) => None,
+        None => {
+            let grpc = system.start_scheduler(0)?;
+            system.start_scheduler(1)?;
+            system.start_lag()?;
+            Some(grpc)
+        }
+    };
+    // The token registry before any processor needs it: trigger the refresh job now rather
+    // than wait for its first tick (the pods' scheduler: its first tick, every 15 s).
     let redis = redis::Client::open(args.redis_url.as_str())?;
     let mut conn = redis.get_multiplexed_async_connection().await.context("connecting to Redis")?;
     let tokens_key = sluice_dex::registry::tokens_key(&names.prefix);
-    wait_for("the token registry filled by the scheduler", Duration::from_secs(60), async || {
-        if let Ok(mut admin) = SchedulerAdminClient::connect(format!("http://127.0.0.1:{grpc}")).await {
+    wait_for("the token registry filled by the scheduler", Duration::from_secs(90), async || {
+        if let Some(grpc) = grpc
+            && let Ok(mut admin) = SchedulerAdminClient::connect(format!("http://127.0.0.1:{grpc}")).await
+        {
             let mut request = tonic::Request::new(TriggerNowRequest { job: "token-refresh".into() });
             if let Ok(bearer) = format!("Bearer {}", names.admin_token).parse() {
                 request.metadata_mut().insert("authorization", bearer);
@@ -246,8 +271,10 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
     })
     .await?;
     say("== scheduler ×2 up; token registry written by its token-refresh job; sluice-lag watching the group");
-    system.start_ingest(0)?;
-    system.start_ingest(1)?;
+    if system.kube.is_none() {
+        system.start_ingest(0)?;
+        system.start_ingest(1)?;
+    }
     let mut chaos = match (args.chaos, args.stack_dir.as_deref()) {
         (true, Some(dir)) => Some(Chaos::new(args.seconds, dir)?),
         (true, None) => {
@@ -255,16 +282,21 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
         }
         (false, _) => None,
     };
+    // With --kubernetes the processors are the Deployment's pods: the demo starts none.
     let first = match (&chaos, &system.kube) {
         (Some(_), _) => chaos::PROCESSORS,
-        (None, Some(k)) => k.replicas("processor")?,
+        (None, Some(_)) => 0,
         (None, None) => 1,
     };
     for _ in 0..first {
         system.start_processor()?;
     }
+    let processors = match &system.kube {
+        Some(k) => format!("the processor Deployment's pods (now {})", k.replicas("processor")?),
+        None => format!("{first} processor(s)"),
+    };
     say(&format!(
-        "== ingest ×2 (active/standby), {first} processor(s); traffic {} tx/s for {} s (bursts ×{} for {} s every {} s)",
+        "== ingest ×2 (active/standby), {processors}; traffic {} tx/s for {} s (bursts ×{} for {} s every {} s)",
         args.rate, args.seconds, args.burst_factor, args.burst_seconds, args.burst_every_seconds
     ));
     let mut scaler = Autoscaler::new(policy, (args.sync_seconds * 1000) as i64);
@@ -301,6 +333,11 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
     let mut latency_before: Vec<(f64, f64)> = Vec::new();
     let mut peak_lag = 0u64;
     let mut printed = 0usize;
+    // With --kubernetes: the processor Deployment's replicas as last read.
+    let mut wanted = match &system.kube {
+        Some(k) => k.replicas("processor")?,
+        None => 0,
+    };
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
         if let Some(dead) = system.dead() {
@@ -319,7 +356,10 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
             continue;
         };
         peak_lag = peak_lag.max(lag);
-        let ingest_texts: Vec<String> = system.ingest.iter().map(Proc::metrics).collect();
+        if let Err(e) = system.refresh_pods() {
+            say(&format!("   Kubernetes: reading the pods failed: {e:#}"));
+        }
+        let ingest_texts = system.metrics_of("ingest");
         let ingest_tx: f64 =
             ingest_texts.iter().map(|t| metric(t, "sluice_ingest_produced_transactions_total", "")).sum();
         let head = match chain.clone().get_head(GetHeadRequest {}).await {
@@ -327,13 +367,13 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
             Err(_) => timeline.last().map_or(0, |s: &Sample| s.chain_head_slot),
         };
         let active = ingest_texts.iter().position(|t| metric(t, "sluice_ingest_active", "") == 1.0);
-        let proc_texts: Vec<String> = system.processors.iter().map(Proc::metrics).collect();
+        let proc_texts = system.metrics_of("processor");
         let latency_now = buckets(proc_texts.iter().map(String::as_str), "sluice_processor_end_to_end_latency_seconds");
         let p99 = quantile(&latency_before, &latency_now, 0.99);
         latency_before = latency_now;
-        let sched_texts: Vec<String> = system.schedulers.iter().map(Proc::metrics).collect();
-        let lag_text = system.lag.as_ref().map(Proc::metrics).unwrap_or_default();
-        if let Some(dir) = &args.scrapes {
+        let sched_texts = system.metrics_of("scheduler");
+        let lag_text = system.metrics_of("lag").pop().unwrap_or_default();
+        if let Some(dir) = args.scrapes.as_ref().filter(|_| system.kube.is_none()) {
             let named = system.ingest.iter().zip(&ingest_texts).chain(system.processors.iter().zip(&proc_texts));
             let named =
                 named.chain(system.schedulers.iter().zip(&sched_texts)).chain(system.lag.iter().zip([&lag_text]));
@@ -366,7 +406,7 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
             lag,
             lag_seconds: watched.as_ref().and_then(|g| g.time_lag_ms).map(|ms| ms as f64 / 1000.0),
             lag_status: watched.as_ref().map(|g| g.status.status.as_str().to_string()),
-            processors: system.processors.len() as u32,
+            processors: system.processor_count(),
             records_per_sec: throughput,
             p99_ms: p99.map(|s| s * 1000.0),
             heartbeat_runs: runs("heartbeat"),
@@ -392,11 +432,23 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
             printed = 0;
         }
         let current = system.processors.len() as u32;
-        // The follower reads the Deployment every second, as a kubelet would see pods come
-        // and go; the stand-in decides every --sync-seconds.
+        // With --kubernetes the Deployment's replicas (what the HPA wrote) are read every
+        // second and the kubelet starts and stops the pods; the stand-in decides every
+        // --sync-seconds and the demo starts and stops its processors.
         let decided = match (&chaos, &system.kube) {
             (Some(_), _) => None,
-            (None, Some(k)) => follow(k, current),
+            (None, Some(k)) => {
+                if let Some((replicas, what, why)) = follow(k, wanted)
+                    && replicas != wanted
+                {
+                    say(&format!("   {what} → {replicas} processors ({why})"));
+                    printed = 0;
+                    let t = begin.elapsed().as_secs_f64();
+                    decisions.push(report::Scaled { t, lag, from: wanted, to: replicas });
+                    wanted = replicas;
+                }
+                None
+            }
             (None, None) if now.duration_since(last_sync) >= Duration::from_secs(args.sync_seconds) => {
                 last_sync = now;
                 let d = scaler.decide(now, current, &offsets).await;
@@ -428,6 +480,9 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
             None if begin.elapsed() >= Duration::from_secs(args.seconds) => {
                 say("== traffic done: stopping the ingest, the processors drain the lag");
                 printed = 0;
+                if let Some(k) = &system.kube {
+                    k.scale("ingest", 0).context("scaling the ingest to 0")?;
+                }
                 let mut ingest: Vec<Proc> = system.ingest.drain(..).collect();
                 let stopped =
                     tokio::task::spawn_blocking(move || procs::stop_all(&mut ingest, Duration::from_secs(25)));
@@ -439,7 +494,7 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
                 // With a real HPA the run goes on until it has scaled back down, too.
                 let min = scaler.policy.min_replicas.max(1) as u32;
                 let waited = at.elapsed().saturating_sub(drained);
-                if system.kube.is_none() || system.processors.len() as u32 <= min {
+                if system.kube.is_none() || system.processor_count() <= min {
                     scaled_down_after = system.kube.as_ref().map(|_| waited);
                     break;
                 }
@@ -453,14 +508,28 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
     }
 
     say("== checking the result against the chain");
-    // The ingest stopped before the drain; wait for its last flush.
+    // The ingest stopped before the drain; wait for its last flush (its pods gone).
     for task in std::mem::take(&mut system.stopping) {
         let _ = task.await;
+    }
+    if system.kube.is_some() {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while system.refresh_pods().is_err() || system.pods.iter().any(|p| p.component == "ingest") {
+            if Instant::now() > deadline {
+                say("   Kubernetes: the ingest pods were still there 60 s after their scale to 0");
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
     }
     let summary = report::check(&chain, &args.redis_url, &names.prefix).await?;
     let chaos = match chaos {
         Some(c) => Some(soak_report(c, &args, &names, chain_config, summary.ingest_cursor).await?),
         None => None,
+    };
+    let outputs = match (&system.kube, summary.ingest_cursor) {
+        (Some(_), Some(cursor)) => Some(outputs::check(chain_config, cursor, &outputs_at(&args, &names)).await?),
+        _ => None,
     };
     let (_, consumed, produced, _) = {
         let c = Arc::clone(&consumer);
@@ -475,6 +544,7 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
         lag_threshold: args.lag_threshold,
         sync_seconds: args.sync_seconds,
         scale_down_window_seconds: args.scale_down_window_seconds,
+        processor_cpu_millis: system.cpu.as_ref().map_or(0, cpu::CpuLimit::millis),
     };
     let full = report::Report {
         id: names.id.clone(),
@@ -493,6 +563,10 @@ async fn run(system: &mut System, started_ms: i64, chain_config: &ChainConfig) -
         scaling: decisions,
         timeline,
         chaos,
+        node: system.pods.iter().find_map(|p| p.node.clone()),
+        pods: system.pods_served.iter().cloned().collect(),
+        shutdowns: system.shutdown_reports(),
+        outputs,
     };
     std::fs::create_dir_all(&args.out)?;
     let path = args.out.join(format!("{}.json", names.id));
@@ -521,6 +595,30 @@ fn install_release(system: &mut System, overrides: &Overrides) -> anyhow::Result
     Ok(version)
 }
 
+/// `--processor-cpu`: the local processors' control group. By default 100m where one can be
+/// made; with --kubernetes none (the chart's values set the pods' CPU).
+fn cpu_limit(args: &Args) -> anyhow::Result<Option<cpu::CpuLimit>> {
+    let root = std::path::Path::new("/sys/fs/cgroup");
+    match (args.processor_cpu, args.kubernetes) {
+        (Some(millis), true) if millis > 0 => {
+            anyhow::bail!("--processor-cpu is for the local processors: with --kubernetes the chart's processor.resources set the pods' CPU")
+        }
+        (_, true) | (Some(0), _) => Ok(None),
+        (Some(millis), false) => Ok(Some(cpu::CpuLimit::new(root, millis)?)),
+        (None, false) => match cpu::CpuLimit::new(root, DEFAULT_PROCESSOR_CPU) {
+            Ok(limit) => Ok(Some(limit)),
+            Err(e) => {
+                say(&format!("== the processors run with no CPU limit: {e:#}"));
+                Ok(None)
+            }
+        },
+    }
+}
+
+/// The local processors' CPU by default, millicores: a small pod's, so that the default traffic's
+/// bursts outgrow one processor (about 7,000 records/s at the processor's 14 CPU-µs/record).
+const DEFAULT_PROCESSOR_CPU: u32 = 100;
+
 /// Who scales the processors, for the output and the report.
 fn describe_autoscaler(chaos: bool, kube_version: Option<&str>, scaler: &Autoscaler, sync_seconds: u64) -> String {
     match (chaos, kube_version) {
@@ -528,7 +626,7 @@ fn describe_autoscaler(chaos: bool, kube_version: Option<&str>, scaler: &Autosca
         (false, Some(version)) => format!(
             "Kubernetes {version}: KEDA's operator made an HPA from the chart's ScaledObject ({}), \
              kube-controller-manager's HPA controller wrote the processor Deployment's replicas, \
-             the demo ran them (the replica follower)",
+             the kubelet ran them as pods",
             scaler.describe()
         ),
         (false, None) => format!(
@@ -538,9 +636,8 @@ fn describe_autoscaler(chaos: bool, kube_version: Option<&str>, scaler: &Autosca
     }
 }
 
-/// The replica follower's step: the processor Deployment's `spec.replicas` (written by the
-/// HPA KEDA made) and what that HPA last saw; `None` when the API server does not answer
-/// (the processors stay as they are, as pods would).
+/// The processor Deployment's `spec.replicas` (written by the HPA KEDA made) and what that HPA
+/// last saw; `None` when the API server does not answer.
 fn follow(k: &kubernetes::Cluster, current: u32) -> Option<(u32, String, String)> {
     match k.replicas("processor") {
         Ok(replicas) if replicas == current => Some((replicas, String::new(), String::new())),
@@ -563,6 +660,19 @@ fn follow(k: &kubernetes::Cluster, current: u32) -> Option<(u32, String, String)
     }
 }
 
+/// Where the outputs are, for their check.
+fn outputs_at<'a>(args: &'a Args, names: &'a Names) -> outputs::Where<'a> {
+    outputs::Where {
+        kafka: KafkaConfig::new(args.brokers.clone()),
+        input: &names.topic,
+        swaps: &names.swaps,
+        dlq: &names.dlq,
+        partitions: args.partitions as i32,
+        redis_url: &args.redis_url,
+        prefix: &names.prefix,
+    }
+}
+
 /// The soak's faults and its check of the outputs up to the ingest's final cursor.
 async fn soak_report(
     c: Chaos,
@@ -571,18 +681,8 @@ async fn soak_report(
     chain_config: &ChainConfig,
     cursor: Option<u64>,
 ) -> anyhow::Result<chaos::ChaosReport> {
-    let kafka = KafkaConfig::new(args.brokers.clone());
-    let at = outputs::Where {
-        kafka: &kafka,
-        input: &names.topic,
-        swaps: &names.swaps,
-        dlq: &names.dlq,
-        partitions: args.partitions as i32,
-        redis_url: &args.redis_url,
-        prefix: &names.prefix,
-    };
     let outputs = match cursor {
-        Some(cursor) => Some(outputs::check(chain_config, cursor, &at).await?),
+        Some(cursor) => Some(outputs::check(chain_config, cursor, &outputs_at(args, names)).await?),
         None => None,
     };
     Ok(chaos::ChaosReport { finished: c.finished(), kills: c.kills, faults: c.applied, outputs })

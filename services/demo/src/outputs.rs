@@ -65,7 +65,7 @@ impl Outputs {
 
 /// The topics and keys of one run.
 pub struct Where<'a> {
-    pub kafka: &'a KafkaConfig,
+    pub kafka: KafkaConfig,
     pub input: &'a str,
     pub swaps: &'a str,
     pub dlq: &'a str,

@@ -51,6 +51,10 @@ impl Proc {
         Ok(Self { name: name.into(), admin_port, process })
     }
 
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+
     pub fn is_running(&mut self) -> bool {
         self.process.is_running()
     }

@@ -57,6 +57,8 @@ pub struct Settings {
     pub lag_threshold: u64,
     pub sync_seconds: u64,
     pub scale_down_window_seconds: u64,
+    /// `--processor-cpu`: each local processor's CPU limit, millicores (0: unlimited).
+    pub processor_cpu_millis: u32,
 }
 
 /// How often one job's scheduled ticks ran.
@@ -116,6 +118,19 @@ pub struct Report {
     /// `--chaos`: the faults and the outputs' check.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub chaos: Option<crate::chaos::ChaosReport>,
+    /// With --kubernetes: the node the pods ran on, and every processor pod that served.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pods: Vec<String>,
+    /// With --kubernetes: each processor pod the run saw shutting down (scale-down, a rollout),
+    /// from its log.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shutdowns: Vec<Shutdown>,
+    /// With --kubernetes: the outputs against the chain (exactly-once processors with their
+    /// audit log, as in the soak): nothing lost, nothing applied twice.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outputs: Option<crate::outputs::Outputs>,
 }
 
 impl Report {
@@ -125,6 +140,45 @@ impl Report {
             && self.summary.jobs.iter().all(|j| j.ticks_run_twice == 0)
             && self.drain_seconds.is_some()
             && self.chaos.as_ref().is_none_or(crate::chaos::ChaosReport::passed)
+            && self.outputs.as_ref().is_none_or(crate::outputs::Outputs::passed)
+            && self.shutdowns.iter().all(Shutdown::in_time)
+    }
+}
+
+/// A processor pod's shutdown after the kubelet's SIGTERM, as its log tells it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Shutdown {
+    pub pod: String,
+    pub grace_seconds: u64,
+    /// It logged the start of its drain-flush-commit.
+    pub began: bool,
+    /// From SIGTERM to "Shutdown complete" (drained, flushed, committed, left the group), ms.
+    pub complete_ms: Option<u64>,
+}
+
+impl Shutdown {
+    /// Reads the JSON log lines the runtime prints on SIGTERM.
+    pub fn from_log(pod: &str, grace_seconds: u64, log: &str) -> Self {
+        let lines: Vec<serde_json::Value> = log.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        let message =
+            |v: &serde_json::Value| v.pointer("/fields/message").and_then(serde_json::Value::as_str).map(String::from);
+        let began = lines.iter().any(|v| message(v).is_some_and(|m| m.starts_with("Shutting down")));
+        let complete_ms = lines
+            .iter()
+            .find(|v| message(v).as_deref() == Some("Shutdown complete"))
+            .and_then(|v| v.pointer("/fields/elapsed_ms").and_then(serde_json::Value::as_u64));
+        Self { pod: pod.to_string(), grace_seconds, began, complete_ms }
+    }
+
+    /// Deleted with no grace period: SIGKILL, nothing to drain (its partitions' next owner
+    /// starts from their last commit).
+    pub fn killed(&self) -> bool {
+        self.grace_seconds == 0
+    }
+
+    /// Drained and committed inside the pod's grace period (or killed, with none).
+    pub fn in_time(&self) -> bool {
+        self.killed() || (self.began && self.complete_ms.is_some_and(|ms| ms < self.grace_seconds * 1000))
     }
 }
 
@@ -287,6 +341,15 @@ pub fn summary_text(r: &Report) -> String {
         r.peak_processors
     ));
     line(format!("autoscaler               {}", r.autoscaler));
+    if r.settings.processor_cpu_millis > 0 {
+        line(format!(
+            "processor CPU            {:>11}m  each (a pod's limit: a control group with the kubelet's CFS quota)",
+            r.settings.processor_cpu_millis
+        ));
+    }
+    if let Some(node) = &r.node {
+        line(format!("pods on node {node}: {} processor pods served: {}", r.pods.len(), r.pods.join(", ")));
+    }
     line(time_lag_line(&r.timeline));
     line(match r.drain_seconds {
         Some(d) => format!("drain after traffic      {d:>11.1}s  (lag back to 0)"),
@@ -328,6 +391,22 @@ pub fn summary_text(r: &Report) -> String {
     if let Some(c) = &r.chaos {
         chaos_lines(c, &mut line);
     }
+    for s in &r.shutdowns {
+        line(match s.complete_ms {
+            _ if s.killed() => format!("SIGKILL {}  deleted with no grace period: nothing drained", s.pod),
+            Some(ms) => format!(
+                "SIGTERM {}  drained, flushed, committed in {:.1} s of its {} s grace{}",
+                s.pod,
+                ms as f64 / 1000.0,
+                s.grace_seconds,
+                if s.in_time() { "" } else { " (must be within)" }
+            ),
+            None => format!("SIGTERM {}  no \"Shutdown complete\" in its log (must be)", s.pod),
+        });
+    }
+    if let Some(o) = &r.outputs {
+        output_lines(o, &mut line);
+    }
     line(format!("result                   {}", if r.passed() { "PASS" } else { "FAIL" }));
     out
 }
@@ -347,10 +426,13 @@ fn chaos_lines(c: &crate::chaos::ChaosReport, line: &mut impl FnMut(String)) {
         count(F::WipeRedis),
         if c.finished { "" } else { "; the timetable did not finish (must)" }
     ));
-    let Some(o) = &c.outputs else {
-        line("outputs                      not checked".into());
-        return;
-    };
+    match &c.outputs {
+        Some(o) => output_lines(o, line),
+        None => line("outputs                      not checked".into()),
+    }
+}
+
+fn output_lines(o: &crate::outputs::Outputs, line: &mut impl FnMut(String)) {
     line(format!(
         "dex.swaps (read_committed) {:>10}  swaps expected up to slot {}, {} lost, {} duplicates (both must be 0; {} added by the processors, the rest from input records sent twice)",
         thousands(o.expected_swaps as f64),
@@ -371,4 +453,29 @@ fn chaos_lines(c: &crate::chaos::ChaosReport, line: &mut impl FnMut(String)) {
         "effects (audit log)      {:>12}  double-applied, {} out of order, {} never applied; {} input records sent twice by the ingest (all must be 0)",
         o.double_applied, o.out_of_order, o.lost_effects, o.duplicate_inputs
     ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shutdown_is_read_from_the_runtime_s_log_and_held_to_the_grace_period() {
+        let log = concat!(
+            r#"{"level":"INFO","fields":{"message":"Consumer started"}}"#,
+            "\n",
+            r#"{"level":"INFO","fields":{"message":"Shutting down: draining, flushing, committing"}}"#,
+            "\n",
+            "not json\n",
+            r#"{"level":"INFO","fields":{"message":"Shutdown complete","elapsed_ms":1830}}"#,
+        );
+        let s = Shutdown::from_log("sluice-processor-a", 30, log);
+        assert_eq!((s.began, s.complete_ms), (true, Some(1830)));
+        assert!(s.in_time());
+        assert!(!Shutdown::from_log("p", 1, log).in_time(), "1.8 s is past a 1 s grace");
+        let cut = Shutdown::from_log("p", 30, r#"{"fields":{"message":"Shutting down: draining"}}"#);
+        assert_eq!((cut.began, cut.complete_ms, cut.in_time()), (true, None, false));
+        let killed = Shutdown::from_log("p", 0, r#"{"fields":{"message":"Consumer started"}}"#);
+        assert!(killed.killed() && killed.in_time(), "a pod deleted with no grace period has nothing to drain");
+    }
 }

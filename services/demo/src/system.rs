@@ -4,14 +4,35 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use sluice_scaling::keda::PartitionOffsets;
 use sluice_service::process::free_port;
 
 use crate::args::Args;
-use crate::kubernetes::{Cluster, local_env};
+use crate::kubernetes::{Cluster, PodView};
 use crate::procs::{Proc, binary};
+
+/// The admin port of each of the chart's containers (its templates fix them), where the demo
+/// reads a pod's `/metrics` and sluice-lag's group picture.
+fn admin_port(component: &str) -> u16 {
+    match component {
+        "processor" => 9090,
+        "scheduler" => 9091,
+        "ingest" => 9094,
+        _ => 9096, // sluice-lag
+    }
+}
+
+/// The demo's job schedules (the scheduler's, local or the chart's pods): short, so a run of a
+/// minute or two sees every job tick several times.
+const SCHEDULES: [(&str, &str); 4] = [
+    ("JOB_HEARTBEAT_SCHEDULE", "*/5 * * * * *"),
+    ("JOB_TOKEN_REFRESH_SCHEDULE", "*/15 * * * * *"),
+    ("JOB_POOL_RECONCILE_SCHEDULE", "*/20 * * * * *"),
+    ("JOB_POOL_RECONCILE_CATCH_UP_WINDOW_MS", "10000"),
+];
 
 /// Names of one run: nothing shared with earlier runs.
 #[derive(Debug, Clone)]
@@ -48,8 +69,16 @@ pub struct System {
     /// Its KEDA external scaler's address.
     pub lag_scaler: Option<std::net::SocketAddr>,
     pub next_processor: u32,
-    /// With --kubernetes: the chart's release, whose Deployments' pods the demo runs.
+    /// With --kubernetes: the chart's release, whose pods run the processors and sluice-lag.
     pub kube: Option<Cluster>,
+    /// With --kubernetes: the release's pods as last read, and every processor pod that served.
+    pub pods: Vec<PodView>,
+    pub pods_served: std::collections::BTreeSet<String>,
+    /// With --kubernetes: the processor pods seen shutting down, their logs followed into the
+    /// run's folder while they do (the name, its grace period, the log, the follower).
+    pub shutdowns: Vec<(String, u64, PathBuf, std::thread::JoinHandle<anyhow::Result<()>>)>,
+    /// `--processor-cpu`: the control group that limits each local processor.
+    pub cpu: Option<crate::cpu::CpuLimit>,
     /// Processes being stopped in the background (scale-down, the ingest).
     pub stopping: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -69,24 +98,35 @@ impl System {
             .find_map(|p| (!p.is_running()).then(|| p.name.clone()))
     }
 
-    /// With --kubernetes: installs the chart with the demo's names and `sets` over the values,
-    /// its scaler's address (`lag.scaler.address`) on a free local port.
+    /// With --kubernetes: installs the chart with the demo's names and `sets` over the values:
+    /// its images, the addresses where the pods reach the stack and the chain, the demo's job
+    /// schedules, exactly-once outputs. KEDA reaches sluice-lag's scaler at the chart's
+    /// default, its Service's name.
     pub fn install_release(&mut self, cluster: Cluster, sets: Vec<(String, String)>) -> anyhow::Result<()> {
-        let scaler = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()?));
-        self.lag_scaler = Some(scaler);
+        let a = &self.args;
+        let pod = |what: &str, value: &Option<String>| {
+            value.clone().with_context(|| format!("--kubernetes needs {what} (stack.sh env prints it)"))
+        };
         let n = &self.names;
         let mut all: Vec<(String, String)> = [
-            ("kafka.bootstrapServers", self.args.brokers.clone()),
+            ("kafka.bootstrapServers", pod("--pod-brokers (SLUICE_KAFKA_POD_BROKERS)", &a.pod_brokers)?),
+            ("redis.url", pod("--pod-redis-url (SLUICE_REDIS_POD_URL)", &a.pod_redis_url)?),
+            ("chain.url", self.chain_url.clone()),
             ("kafka.topic", n.topic.clone()),
             ("kafka.swapsTopic", n.swaps.clone()),
             ("kafka.dlqTopic", n.dlq.clone()),
             ("processor.groupId", n.group.clone()),
-            ("redis.url", self.args.redis_url.clone()),
             ("redis.prefix", n.prefix.clone()),
-            ("lag.scaler.address", scaler.to_string()),
+            // Exactly-once outputs and the audit log of applied sequences the outputs' check
+            // reads: every pod that starts, stops, is killed or replaced is held to them.
+            ("processor.exactlyOnce.enabled", "true".into()),
+            ("processor.env.AUDIT_APPLIED", "true".into()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
+        .chain(SCHEDULES.iter().map(|(job, cron)| (format!("scheduler.env.{job}"), cron.to_string())))
+        .chain(a.image_registry.iter().map(|r| ("image.registry".to_string(), r.clone())))
+        .chain(a.image_tag.iter().map(|t| ("image.tag".to_string(), t.clone())))
         .collect();
         all.extend(sets);
         cluster.install(&self.args.values_files(), &all)?;
@@ -94,40 +134,96 @@ impl System {
         Ok(())
     }
 
-    pub fn start_lag(&mut self) -> anyhow::Result<()> {
-        let port = free_port()?;
-        let env = match &self.kube {
-            // The pod's own settings (its 5 s poll), on local ports.
-            Some(k) => {
-                let scaler = self.lag_scaler.map(|a| a.to_string()).unwrap_or_default();
-                let ports = self
-                    .env("SLUICE_LAG_", &[("ADMIN_LISTEN", format!("127.0.0.1:{port}")), ("SCALER_LISTEN", scaler)]);
-                local_env(k.pod_env("lag", "sluice-lag-0")?, &ports)
+    /// With --kubernetes: the release's pods, as the API server has them.
+    pub fn refresh_pods(&mut self) -> anyhow::Result<()> {
+        let Some(k) = &self.kube else { return Ok(()) };
+        self.pods = k.pods()?;
+        let serving = self.pods.iter().filter(|p| p.component == "processor" && p.serving());
+        self.pods_served.extend(serving.map(|p| p.name.clone()));
+        for pod in self.pods.iter().filter(|p| p.component == "processor" && p.terminating) {
+            if !self.shutdowns.iter().any(|(name, ..)| *name == pod.name) {
+                let log = self.logs.join(format!("{}.log", pod.name));
+                self.shutdowns.push((pod.name.clone(), pod.grace_seconds, log.clone(), k.follow_log(&pod.name, log)));
             }
-            None => {
-                let scaler = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()?));
-                self.lag_scaler = Some(scaler);
-                self.env(
-                    "SLUICE_LAG_",
-                    &[
-                        ("BROKERS", self.args.brokers.clone()),
-                        ("GROUPS", self.names.group.clone()),
-                        ("ADMIN_LISTEN", format!("127.0.0.1:{port}")),
-                        ("SCALER_LISTEN", scaler.to_string()),
-                        ("POLL_INTERVAL_MS", "1000".into()),
-                        ("RATE_WINDOW_MS", "5000".into()),
-                    ],
-                )
-            }
+        }
+        Ok(())
+    }
+
+    /// How each processor pod seen shutting down did, from its log (waits for the logs to end).
+    pub fn shutdown_reports(&mut self) -> Vec<crate::report::Shutdown> {
+        std::mem::take(&mut self.shutdowns)
+            .into_iter()
+            .map(|(pod, grace, log, follower)| {
+                let _ = follower.join();
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                crate::report::Shutdown::from_log(&pod, grace, &text)
+            })
+            .collect()
+    }
+
+    /// The pods of a component Ready and not shutting down.
+    pub fn serving(&self, component: &str) -> impl Iterator<Item = &PodView> {
+        self.pods.iter().filter(move |p| p.component == component && p.serving())
+    }
+
+    /// The processors serving: the local ones, or the pods Ready and not shutting down.
+    pub fn processor_count(&self) -> u32 {
+        match &self.kube {
+            Some(_) => self.serving("processor").count() as u32,
+            None => self.processors.len() as u32,
+        }
+    }
+
+    /// Each serving process's `/metrics` text of a component (empty when it does not answer):
+    /// its pods with --kubernetes, the local processes otherwise.
+    pub fn metrics_of(&self, component: &str) -> Vec<String> {
+        if self.kube.is_some() {
+            let port = admin_port(component);
+            return self
+                .serving(component)
+                .map(|p| p.http_get(port, "/metrics").map(|(_, b)| b).unwrap_or_default())
+                .collect();
+        }
+        let local: Vec<&Proc> = match component {
+            "processor" => self.processors.iter().collect(),
+            "ingest" => self.ingest.iter().collect(),
+            "scheduler" => self.schedulers.iter().collect(),
+            _ => self.lag.iter().collect(),
         };
+        local.into_iter().map(Proc::metrics).collect()
+    }
+
+    /// The local sluice-lag (the stand-in's; with --kubernetes it is the chart's pod).
+    pub fn start_lag(&mut self) -> anyhow::Result<()> {
+        if self.kube.is_some() {
+            return Ok(());
+        }
+        let port = free_port()?;
+        let scaler = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()?));
+        self.lag_scaler = Some(scaler);
+        let env = self.env(
+            "SLUICE_LAG_",
+            &[
+                ("BROKERS", self.args.brokers.clone()),
+                ("GROUPS", self.names.group.clone()),
+                ("ADMIN_LISTEN", format!("127.0.0.1:{port}")),
+                ("SCALER_LISTEN", scaler.to_string()),
+                ("POLL_INTERVAL_MS", "1000".into()),
+                ("RATE_WINDOW_MS", "5000".into()),
+            ],
+        );
         self.lag = Some(Proc::start("lag-0", &binary("sluice-lag")?, &[], &env, port, &self.logs)?);
         Ok(())
     }
 
     /// sluice-lag's picture of the processors' group.
     pub fn lag_picture(&self) -> Option<sluice_lag::picture::GroupPicture> {
-        let port = self.lag.as_ref()?.admin_port;
-        let (code, body) = sluice_service::process::http_get(port, &format!("/groups/{}", self.names.group))?;
+        let path = format!("/groups/{}", self.names.group);
+        let (code, body) = match (self.serving("lag").next(), &self.lag) {
+            (Some(pod), _) => pod.http_get(admin_port("lag"), &path)?,
+            (None, Some(lag)) => sluice_service::process::http_get(lag.admin_port, &path)?,
+            (None, None) => return None,
+        };
         (code == 200).then(|| serde_json::from_str(&body).ok()).flatten()
     }
 
@@ -156,13 +252,6 @@ impl System {
         self.next_processor += 1;
         let name = format!("processor-{}", self.next_processor);
         let port = free_port()?;
-        if let Some(k) = &self.kube {
-            // The pod's environment as the API server holds it, on a local admin port.
-            let admin = self.env("SLUICE_PROCESSOR_", &[("ADMIN_LISTEN", format!("127.0.0.1:{port}"))]);
-            let env = local_env(k.pod_env("processor", &name)?, &admin);
-            self.processors.push(Proc::start(&name, &binary("processor")?, &[], &env, port, &self.logs)?);
-            return Ok(());
-        }
         let n = &self.names;
         let env = self.env(
             "SLUICE_PROCESSOR_",
@@ -191,6 +280,9 @@ impl System {
             env
         };
         let p = Proc::start(&name, &binary("processor")?, &[], &env, port, &self.logs)?;
+        if let Some(cpu) = &self.cpu {
+            cpu.limit(&name, p.pid())?;
+        }
         self.processors.push(p);
         Ok(())
     }
@@ -230,12 +322,10 @@ impl System {
                 ("GRPC_LISTEN", format!("127.0.0.1:{grpc}")),
                 ("ADMIN_TOKEN", self.names.admin_token.clone()),
                 ("LEASE_TTL_MS", "3000".into()),
-                ("JOB_HEARTBEAT_SCHEDULE", "*/5 * * * * *".into()),
-                ("JOB_TOKEN_REFRESH_SCHEDULE", "*/15 * * * * *".into()),
-                ("JOB_POOL_RECONCILE_SCHEDULE", "*/20 * * * * *".into()),
-                ("JOB_POOL_RECONCILE_CATCH_UP_WINDOW_MS", "10000".into()),
             ],
         );
+        let env =
+            [env, SCHEDULES.iter().map(|(k, v)| (format!("SLUICE_SCHEDULER_{k}"), v.to_string())).collect()].concat();
         let p = Proc::start(&format!("scheduler-{i}"), &binary("sluice-scheduler")?, &[], &env, port, &self.logs)?;
         self.schedulers.push(p);
         Ok(grpc)

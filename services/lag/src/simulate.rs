@@ -85,9 +85,10 @@ pub struct SimulateArgs {
     /// Seconds of no consumption per rebalance.
     #[arg(long, default_value_t = 2.0)]
     pub rebalance_pause: f64,
-    /// Seconds from a pod asked for to a pod consuming (an estimate; measure yours).
-    #[arg(long, default_value_t = 10.0)]
-    pub startup: f64,
+    /// Seconds from a pod asked for to a pod consuming; default: the values'
+    /// `processor.autoscaling.podStartupSeconds` (measure yours: deploy/local/measure-pods.sh).
+    #[arg(long)]
+    pub startup: Option<f64>,
     /// How often the processors commit, seconds (their COMMIT_INTERVAL_MS; 0: at once): what
     /// KEDA and sluice-lag read trails the consumption by up to this much.
     #[arg(long, default_value_t = 1.0)]
@@ -126,7 +127,13 @@ fn policies(args: &SimulateArgs) -> Result<String, String> {
     let model = Model {
         per_pod_rate: args.per_pod_rate,
         rebalance_pause_s: args.rebalance_pause,
-        startup_s: args.startup,
+        startup_s: match args.startup {
+            Some(s) => s,
+            None => base
+                .pointer("/processor/autoscaling/podStartupSeconds")
+                .and_then(serde_json::Value::as_f64)
+                .ok_or("the values have no processor.autoscaling.podStartupSeconds: give --startup")?,
+        },
         lag_poll_s: 5.0,
         sync_s: 15.0,
         commit_interval_s: args.commit_interval,

@@ -154,16 +154,40 @@ impl EnvReader {
         }
     }
 
-    /// Reports unknown variables with this prefix, then every problem.
+    /// Reports unknown variables with this prefix, then every problem. The variables the
+    /// kubelet adds for a Service whose name shares the prefix (a Service `sluice-lag` gives
+    /// `SLUICE_LAG_SERVICE_HOST`, `SLUICE_LAG_PORT=tcp://…` and so on) are not settings.
     pub fn finish(mut self) -> Result<(), ConfigError> {
-        let mut unknown: Vec<&String> =
-            self.vars.keys().filter(|k| k.starts_with(&self.prefix) && !self.read.contains(*k)).collect();
+        let mut unknown: Vec<&String> = self
+            .vars
+            .iter()
+            .filter(|(k, v)| k.starts_with(&self.prefix) && !self.read.contains(*k) && !is_service_link(k, v))
+            .map(|(k, _)| k)
+            .collect();
         unknown.sort();
         for name in unknown {
             self.problems.push(format!("{name} is not a known setting"));
         }
         if self.problems.is_empty() { Ok(()) } else { Err(ConfigError { problems: self.problems }) }
     }
+}
+
+/// Is NAME=VALUE one of Kubernetes' service environment variables (`<SVC>_SERVICE_HOST`,
+/// `<SVC>_SERVICE_PORT[_<PORT NAME>]`, `<SVC>_PORT=tcp://…`, `<SVC>_PORT_<N>_<PROTO>[_ADDR|_PORT|_PROTO]`)?
+fn is_service_link(name: &str, value: &str) -> bool {
+    if name.ends_with("_SERVICE_HOST") || name.ends_with("_SERVICE_PORT") || name.contains("_SERVICE_PORT_") {
+        return true;
+    }
+    if name.ends_with("_PORT") && ["tcp://", "udp://", "sctp://"].iter().any(|p| value.starts_with(p)) {
+        return true;
+    }
+    let base = ["_ADDR", "_PORT", "_PROTO"].iter().find_map(|s| name.strip_suffix(s)).unwrap_or(name);
+    [base, name].iter().any(|n| n.rsplit_once("_PORT_").is_some_and(|(_, rest)| is_port_and_protocol(rest)))
+}
+
+/// `<N>_<PROTO>`: a port number and a protocol, as in `9097_TCP`.
+fn is_port_and_protocol(text: &str) -> bool {
+    text.split_once('_').is_some_and(|(n, p)| n.parse::<u16>().is_ok() && ["TCP", "UDP", "SCTP"].contains(&p))
 }
 
 #[cfg(test)]
@@ -190,6 +214,30 @@ mod tests {
         for name in ["SLUICE_X_PORT", "SLUICE_X_TYPO", "SLUICE_X_BROKERS"] {
             assert!(text.contains(name), "{name} missing from: {text}");
         }
+    }
+
+    #[test]
+    fn the_kubelets_service_variables_are_not_unknown_settings() {
+        // What the kubelet sets for a Service `sluice-lag` with ports admin 9096 and scaler 9097.
+        let kubelet = [
+            ("SLUICE_LAG_SERVICE_HOST", "10.96.4.7"),
+            ("SLUICE_LAG_SERVICE_PORT", "9096"),
+            ("SLUICE_LAG_SERVICE_PORT_SCALER", "9097"),
+            ("SLUICE_LAG_PORT", "tcp://10.96.4.7:9096"),
+            ("SLUICE_LAG_PORT_9097_TCP", "tcp://10.96.4.7:9097"),
+            ("SLUICE_LAG_PORT_9097_TCP_ADDR", "10.96.4.7"),
+            ("SLUICE_LAG_PORT_9097_TCP_PORT", "9097"),
+            ("SLUICE_LAG_PORT_9097_TCP_PROTO", "tcp"),
+            ("SLUICE_LAG_SCALER_SERVICE_HOST", "10.96.4.8"),
+        ];
+        let mut env = EnvReader::from_vars("SLUICE_LAG_", vars(&kubelet));
+        let _: Option<String> = env.optional("BROKERS");
+        assert_eq!(env.finish(), Ok(()));
+        // A setting that only looks like one is still unknown: a PORT that is no address, a typo.
+        let bad =
+            [("SLUICE_LAG_PORT", "9096"), ("SLUICE_LAG_PORT_9097_TCP_ADDRESS", "x"), ("SLUICE_LAG_SERVCE_HOST", "h")];
+        let err = EnvReader::from_vars("SLUICE_LAG_", vars(&bad)).finish().expect_err("three unknown settings");
+        assert_eq!(err.problems.len(), 3, "{err}");
     }
 
     #[test]

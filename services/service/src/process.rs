@@ -153,9 +153,16 @@ pub fn free_port() -> io::Result<u16> {
 /// `GET path` on a loopback port: the status code and the body; `None`
 /// when nothing answers within 5 s.
 pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    http_get_at("127.0.0.1", port, path)
+}
+
+/// GET `path` from `host:port` (a pod's address, say): its status and body, or `None` when
+/// nothing answers within 5 s.
+pub fn http_get_at(host: &str, port: u16, path: &str) -> Option<(u16, String)> {
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(&(host, port)).ok()?.next()?;
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
     let code = response.split_whitespace().nth(1)?.parse().ok()?;
