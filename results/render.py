@@ -27,6 +27,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import render_pods  # noqa: E402
+
 
 def newest(results, mode):
     """The newest result of `mode` (file names sort by their UTC stamp)."""
@@ -510,6 +513,7 @@ def kubernetes(name, r):
 
 
 SECTIONS["kubernetes"] = kubernetes
+SECTIONS.update(render_pods.SECTIONS)
 
 
 def plot_kubernetes(r, path):
