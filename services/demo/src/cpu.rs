@@ -31,7 +31,10 @@ impl CpuLimit {
         } else if root.join("cgroup.controllers").exists() {
             (root.to_path_buf(), true)
         } else {
-            anyhow::bail!("no cpu controller under {} (cgroup v1 cpu/ or v2): run without --processor-cpu", root.display())
+            anyhow::bail!(
+                "no cpu controller under {} (cgroup v1 cpu/ or v2): run without --processor-cpu",
+                root.display()
+            )
         };
         remove_stale(&base);
         let dir = base.join(format!("sluice-demo-{}", std::process::id()));
@@ -108,7 +111,10 @@ mod tests {
         limit.limit("processor-1", 42).expect("limit");
         let child = limit.dir.join("processor-1");
         let read = |f: &str| std::fs::read_to_string(child.join(f)).expect("read");
-        assert_eq!((read("cpu.cfs_quota_us"), read("cpu.cfs_period_us"), read("cgroup.procs")), ("25000".into(), "100000".into(), "42".into()));
+        assert_eq!(
+            (read("cpu.cfs_quota_us"), read("cpu.cfs_period_us"), read("cgroup.procs")),
+            ("25000".into(), "100000".into(), "42".into())
+        );
         // On a real hierarchy the kernel's files go with the folder; here they are plain files.
         for f in ["cpu.cfs_quota_us", "cpu.cfs_period_us", "cgroup.procs"] {
             std::fs::remove_file(child.join(f)).expect("rm");

@@ -601,7 +601,9 @@ fn cpu_limit(args: &Args) -> anyhow::Result<Option<cpu::CpuLimit>> {
     let root = std::path::Path::new("/sys/fs/cgroup");
     match (args.processor_cpu, args.kubernetes) {
         (Some(millis), true) if millis > 0 => {
-            anyhow::bail!("--processor-cpu is for the local processors: with --kubernetes the chart's processor.resources set the pods' CPU")
+            anyhow::bail!(
+                "--processor-cpu is for the local processors: with --kubernetes the chart's processor.resources set the pods' CPU"
+            )
         }
         (_, true) | (Some(0), _) => Ok(None),
         (Some(millis), false) => Ok(Some(cpu::CpuLimit::new(root, millis)?)),
