@@ -6,6 +6,7 @@ an SRE looks at first.
 Usage: plot_demo.py REPORT.json OUT.png
 """
 import json
+import re
 import sys
 
 import matplotlib
@@ -22,12 +23,19 @@ def main(report_path, out_path):
     t = [s["t"] for s in timeline]
     settings = report["settings"]
     fig, (lag, procs, rate) = plt.subplots(3, 1, sharex=True, figsize=(10, 8))
+    # The trigger the autoscaler ran: a time-lag objective (sluice-lag's scaler) or KEDA's
+    # lag threshold per processor (the report's autoscaler line names it).
+    objective = re.search(r"TimeLag \{ target_seconds: ([0-9.]+)", report.get("autoscaler", ""))
+    trigger = (f"time-lag objective {float(objective.group(1)):g} s" if objective
+               else f"lag threshold {settings['lag_threshold']:,} per processor")
+    cpu = settings.get("processor_cpu_millis")
     fig.suptitle(
-        f"{report['id']}: {settings['rate']:,} tx/s for {settings['seconds']} s, "
-        f"lag threshold {settings['lag_threshold']:,} per processor"
+        f"{report['id']}: {settings['rate']:,} tx/s for {settings['seconds']} s, {trigger}"
+        + (f", processors at {cpu}m CPU" if cpu else "")
     )
-    lag.plot(t, [s["lag"] for s in timeline], color="tab:red")
-    lag.axhline(settings["lag_threshold"], color="grey", linestyle=":", label="lag threshold (1 processor)")
+    lag.plot(t, [s["lag"] for s in timeline], color="tab:red", label="group lag (records)")
+    if not objective:
+        lag.axhline(settings["lag_threshold"], color="grey", linestyle=":", label="lag threshold (1 processor)")
     lag.set_ylabel("group lag (records)")
     lag.legend(loc="upper left")
     # sluice-lag's time lag: the age of the oldest unconsumed record (a gap where unknown).
@@ -36,6 +44,8 @@ def main(report_path, out_path):
     behind.plot(t, [float("nan") if v is None else v for v in seconds], color="tab:purple", linewidth=1,
                 label="time lag (s, sluice-lag)")
     behind.set_ylabel("time lag (s)")
+    if objective:
+        behind.axhline(float(objective.group(1)), color="tab:purple", linestyle=":", label="time-lag objective")
     behind.set_ylim(bottom=0)
     behind.legend(loc="upper right")
     procs.step(t, [s["processors"] for s in timeline], where="post", color="tab:blue")

@@ -20,8 +20,8 @@ TEST_PODS = HERE.parent.parent / "helm" / "tests" / "test_pods.py"
 
 # The settings compared (the processors' SLUICE_PROCESSOR_* through the chart's processor.env).
 VARIANTS = [
-    ("classic protocol, 45 s session timeout (the default)", []),
-    ("classic protocol, 15 s session timeout", ["processor.env.SESSION_TIMEOUT_MS=15000"]),
+    ("classic protocol, 45 s session timeout (Kafka's default)", ["processor.env.SESSION_TIMEOUT_MS=45000"]),
+    ("classic protocol, 15 s session timeout (the default)", []),
     ("KIP-848 consumer protocol (the broker's 45 s session)", ["processor.env.GROUP_PROTOCOL=consumer"]),
 ]
 

@@ -280,12 +280,12 @@ pub fn start_processor(
     match mode {
         Mode::Full => Instance::start(runtime_config, |rt| {
             // A fresh group on a fresh topic: no commits record a generation.
-            let inner = DexHandler::new(dex, &redis, rt.metrics(), Expect::Nothing).map_err(anyhow::Error::msg)?;
+            let inner = DexHandler::new(dex, &redis, rt.metrics(), Expect::Nothing)?;
             Ok(Measured { inner, probe })
         }),
         Mode::Kafka => Instance::start(runtime_config, |rt| {
             let outputs = InMemory::new(traffic.tokens());
-            let inner = DexHandler::with_outputs(dex, outputs, &rt.metrics().registry).map_err(anyhow::Error::msg)?;
+            let inner = DexHandler::with_outputs(dex, outputs, &rt.metrics().registry)?;
             Ok(Measured { inner, probe })
         }),
     }

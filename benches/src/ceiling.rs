@@ -4,7 +4,7 @@
 //! the client's own ceiling).
 //!
 //! One thread, one `BaseConsumer` with exactly the processor's consumer
-//! settings (`consumer::client_config`) and one `BaseProducer` with exactly
+//! settings (`RuntimeConfig::consumer_client`) and one `BaseProducer` with exactly
 //! its producer settings (`output::producer_config`: idempotent, `acks=all`,
 //! the same linger and compression, the same `KAFKA_PROPERTIES`). It polls
 //! a batch (one blocking poll, then whatever is already fetched, up to
@@ -35,7 +35,8 @@ use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, Prod
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use serde::Serialize;
 use sluice_core::offsets::OffsetTracker;
-use sluice_core::pool::{PoolUpdate, Seq};
+use sluice_core::pool::PoolUpdate;
+use sluice_core::seq::Seq;
 use sluice_dex::outputs::InMemory;
 use sluice_dex::state::{self, Apply};
 use sluice_dex::{DexConfig, DexHandler};
@@ -224,7 +225,7 @@ pub fn run(
     timeout: Duration,
 ) -> Result<Ceiling> {
     anyhow::ensure!(!swaps.is_empty(), "no swap payloads to produce");
-    let consumer: BaseConsumer = sluice_runtime::consumer::client_config(config).create()?;
+    let consumer: BaseConsumer = config.consumer_client().create()?;
     consumer.subscribe(&[&config.input_topic])?;
     let mut producer_config = sluice_runtime::output::producer_config(&config.kafka);
     if transactions.is_some() {
@@ -337,8 +338,7 @@ fn send(producer: &BaseProducer<Acks>, topic: &str, key: &[u8], payload: &[u8], 
 /// produce: the same sizes and content, so the same compression.
 pub async fn swap_payloads(traffic: &Traffic, records: usize) -> Result<Vec<Vec<u8>>> {
     let config = DexConfig::read(&mut EnvReader::from_vars("X_", Vec::new()));
-    let handler = DexHandler::with_outputs(config, InMemory::new(traffic.tokens()), &prometheus::Registry::new())
-        .map_err(anyhow::Error::msg)?;
+    let handler = DexHandler::with_outputs(config, InMemory::new(traffic.tokens()), &prometheus::Registry::new())?;
     let topic: Arc<str> = Arc::from("swaps");
     let mut payloads = Vec::new();
     for j in 0..records.min(traffic.records.len()) {

@@ -116,7 +116,7 @@ async fn round(stack: &Stack, options: &Options, slots: u64, transactional: bool
         ..ChainConfig::default()
     };
     let (listener, addr) = ChainNode::bind(([127, 0, 0, 1], 0).into()).await?;
-    let node = ChainNode::start(Chain::new(chain).map_err(anyhow::Error::msg)?, &ServerOptions::default());
+    let node = ChainNode::start(Chain::new(chain)?, &ServerOptions::default());
     let (stop_node, node_stopped) = watch::channel(false);
     let serving = tokio::spawn(node.clone().serve(listener, async move {
         let mut rx = node_stopped;
@@ -127,7 +127,7 @@ async fn round(stack: &Stack, options: &Options, slots: u64, transactional: bool
     let config = ingest_config(stack, &topic, &format!("http://{addr}"), transactional, options.interval_ms);
     let conn = redis::aio::ConnectionManager::new(redis::Client::open(stack.redis_url.as_str())?).await?;
     let metrics = Metrics::new();
-    let chain_client = chain_client(&config.chain_url).map_err(anyhow::Error::msg)?;
+    let chain_client = chain_client(&config.chain_url)?;
     let store = Store::new(conn, &config.redis_prefix);
     store.open_generation().await?;
     let gateway = Gateway::new(config.clone(), store, metrics.clone(), chain_client);

@@ -338,7 +338,7 @@ impl<H: Handler> Handler for Measured<H> {
         if self.probe.io.is_zero() { self.inner.batching() } else { Batching::PerRecord }
     }
 
-    fn ready(&self) -> Result<(), String> {
+    fn ready(&self) -> Result<(), sluice_service::admin::NotReady> {
         self.inner.ready()
     }
 
@@ -567,7 +567,7 @@ pub struct Bare {
 }
 
 pub fn bare_consume(config: &RuntimeConfig, expected: u64, timeout: Duration) -> Result<Bare> {
-    let consumer: BaseConsumer = sluice_runtime::consumer::client_config(config).create()?;
+    let consumer: BaseConsumer = config.consumer_client().create()?;
     consumer.subscribe(&[&config.input_topic])?;
     let deadline = Instant::now() + timeout;
     let (mut records, mut bytes) = (0u64, 0u64);

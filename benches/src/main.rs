@@ -247,7 +247,7 @@ struct ChainFigures {
 
 fn chain_mode(transactions: u64, seed: u64) -> Result<(serde_json::Value, ChainFigures)> {
     let config = ChainConfig { seed, tx_per_sec: 10_000, ..ChainConfig::default() };
-    let mut chain = Chain::new(config.clone()).map_err(anyhow::Error::msg)?;
+    let mut chain = Chain::new(config.clone())?;
     let started = Instant::now();
     let mut txs = Vec::with_capacity(transactions as usize);
     while (txs.len() as u64) < transactions {

@@ -156,7 +156,7 @@ save_config() {
     ${SLUICE_KAFKA_JMX_PORT:+"SLUICE_KAFKA_JMX_PORT=$JMX_PORT"} >"$SAVED_ENV"
 }
 
-# Redis as README.md ("The Redis Sluice needs") tells users to run theirs: every write in
+# Redis as docs/deploying.md ("The Redis Sluice needs") tells users to run theirs: every write in
 # the append-only file, fsynced each second (a crash of Redis loses nothing, one of the
 # machine at most a second), no snapshots, and no eviction (an evicted key is state lost).
 start_redis() {

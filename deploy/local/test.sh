@@ -16,7 +16,7 @@
 #   unit           the tests that need no stack, with its variables unset: every library's
 #                  and binary's unit tests and the doc tests; the examples must build
 #   conformance    Kubernetes' HPA controller and KEDA's scalers (from their Go modules)
-#                  against sluice-lag's engine and its external scaler (conformance/)
+#                  against sluice-lag's engine and its external scaler (services/scaling/conformance/)
 #   integration    every integration test (tests/*.rs) against the stack
 #   cargo [ARGS…]  cargo test ARGS against the stack, e.g. cargo -p sluice-core, or
 #                  cargo -p sluice-scheduler --test policies; no ARGS: every test
@@ -191,6 +191,20 @@ part_static() {
     die "sluice-lag must not depend on a Kafka client library or on what it watches, but depends on: $(tr '\n' ' ' <<<"$watched")"
   fi
   echo "sluice-lag links no librdkafka and none of the services it watches"
+  python3 "$REPO_ROOT/deploy/local/static/test_checks.py" -q \
+    || die "the static checks' own tests failed (deploy/local/static/test_checks.py)"
+  python3 "$REPO_ROOT/deploy/local/static/cycles.py" services/* benches \
+    || die "modules import each other in a circle (above): move what both need to the lower one"
+  echo "no crate's modules import each other in a circle"
+  python3 "$REPO_ROOT/deploy/local/static/errors.py" services/*/src benches/src \
+    || die "production code returns errors that are only strings (above)"
+  echo "no production function returns Result<_, String> or uses anyhow::Error::msg"
+
+  say "checking the documentation's links"
+  local pages
+  mapfile -t pages < <(git -C "$REPO_ROOT" ls-files --cached --others --exclude-standard '*.md')
+  (cd "$REPO_ROOT" && python3 deploy/local/static/links.py "${pages[@]}") \
+    || die "a link in the documentation does not resolve (above)"
 }
 
 # cargo test, its output also in LOG (the summary reads every $LOGS/cargo-*.log).
@@ -224,8 +238,8 @@ part_unit() {
   ((rc == 0)) || die "unit tests failed (log: $log)"
 }
 
-# The real code of what Sluice claims to match, from the released Go modules (conformance/):
-# Kubernetes' HPA controller on the committed traces under conformance/hpa/testdata against
+# The real code of what Sluice claims to match, from the released Go modules (services/scaling/conformance/):
+# Kubernetes' HPA controller on the committed traces under services/scaling/conformance/hpa/testdata against
 # sluice-lag's engine (`simulate hpa-case`), sync by sync; KEDA's kafka scaler on the real broker
 # against the engine's arithmetic (`simulate keda-kafka`); KEDA's external-scaler client against
 # a running sluice-lag (plain and mutual TLS). Needs Go; the first build compiles the controller
@@ -236,9 +250,9 @@ part_conformance() {
   say "building sluice-lag (its engine is what is checked)"
   cargo build --locked -q -p sluice-lag --bin sluice-lag
   target=$(cargo metadata --locked --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-  say "running Kubernetes' HPA controller (k8s.io/kubernetes/pkg/controller/podautoscaler) and KEDA's scalers (conformance/) against sluice-lag (Kafka $SLUICE_KAFKA_BROKERS; log: $log)"
+  say "running Kubernetes' HPA controller (k8s.io/kubernetes/pkg/controller/podautoscaler) and KEDA's scalers (services/scaling/conformance/) against sluice-lag (Kafka $SLUICE_KAFKA_BROKERS; log: $log)"
   # The controller logs every rescale (klog); those lines go to the log only.
-  (cd conformance && GOCACHE=${SLUICE_GOCACHE:-$HOME/.cache/sluice/go-build} GOFLAGS=-mod=readonly \
+  (cd services/scaling/conformance && GOCACHE=${SLUICE_GOCACHE:-$HOME/.cache/sluice/go-build} GOFLAGS=-mod=readonly \
     SLUICE_LAG_BIN="$target/debug/sluice-lag" go test -count=1 -v ./... >"$log" 2>&1) || {
     grep -vE '^[IWE][0-9]{4} ' "$log" | tail -n 40
     die "the engine and Kubernetes' controller disagree, or the harness failed (log: $log)"

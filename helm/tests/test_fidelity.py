@@ -75,6 +75,24 @@ def steps(t, replicas):
     return out
 
 
+def per_pod_rate(timeline, steps, window=5, settle_s=10.0):
+    """The simulator's per-pod capacity: the best a processor sustained in the run, over
+    `window` samples while the group was behind, counting only seconds at least `settle_s`
+    after the start and after every scale step. A single sample is no measure: the first
+    one carries what was committed before it, and right after a scale-up the new pods
+    consume before the kubelet counts them Ready, so one second read 30,280 records/s for
+    "1 processor" where a pod sustained 8,000–10,800."""
+    def settled(x):
+        return x["t"] >= settle_s and all(not (at <= x["t"] < at + settle_s) for at in steps)
+
+    best = 0.0
+    for i in range(len(timeline) - window + 1):
+        w = timeline[i:i + window]
+        if all(x["processors"] and x["lag"] > 0 and settled(x) for x in w):
+            best = max(best, sum(x["records_per_sec"] / x["processors"] for x in w) / window)
+    return best
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--report", required=True)
@@ -104,10 +122,12 @@ def main():
     check(report["scale_down_seconds"] is not None and real[-1] <= minimum,
           f"the HPA scaled back to minReplicas after its window ({report['scale_down_seconds']} s after the drain)")
     s = report["summary"]
-    check(not s["pools_mismatched"], f"every pool matches the chain ({s['pools_matching']} match, {len(s['pools_mismatched'])} mismatch)")
+    compared = s["pools_matching"] + s["pools_mid_slot"]
+    check(not s["pools_mismatched"] and compared > 0,
+          f"every pool matches the chain ({s['pools_matching']} match, {s['pools_mid_slot']} compared at the slot being "
+          f"sent at the stop, {len(s['pools_mismatched'])} mismatch)")
 
-    # The best a processor did in the run: the simulator's per-pod capacity.
-    per_pod = max((x["records_per_sec"] / x["processors"] for x in timeline if x["processors"]), default=0.0)
+    per_pod = per_pod_rate(timeline, [t for t, _ in steps_real])
     with tempfile.TemporaryDirectory() as tmp:
         # The run ends when the HPA is back at min; the simulator gets the same trace with a
         # quiet tail (nothing produced), so its own scale-down has time to show.

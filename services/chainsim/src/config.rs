@@ -55,37 +55,42 @@ impl Default for ChainConfig {
     }
 }
 
+/// A chain configuration that cannot run, with the field it names.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidConfig(pub String);
+
 /// Converts a fraction in `[0, 1]` to parts per million.
-pub fn fraction_to_ppm(name: &str, fraction: f64) -> Result<u32, String> {
+pub fn fraction_to_ppm(name: &str, fraction: f64) -> Result<u32, InvalidConfig> {
     if !(0.0..=1.0).contains(&fraction) {
-        return Err(format!("{name} must be within [0, 1], got {fraction}"));
+        return Err(InvalidConfig(format!("{name} must be within [0, 1], got {fraction}")));
     }
     Ok((fraction * 1_000_000.0).round() as u32)
 }
 
 impl ChainConfig {
     /// Checks the fields against each other; the message names the field.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidConfig> {
         if self.slot_ms == 0 {
-            return Err("slot_ms must be above 0".into());
+            return Err(InvalidConfig("slot_ms must be above 0".into()));
         }
         if self.pools < 3 {
-            return Err(format!("pools must be at least 3 (one per venue), got {}", self.pools));
+            return Err(InvalidConfig(format!("pools must be at least 3 (one per venue), got {}", self.pools)));
         }
         if self.traders == 0 {
-            return Err("traders must be above 0".into());
+            return Err(InvalidConfig("traders must be above 0".into()));
         }
         if self.burst_every_slots > 0 && self.burst_slots > self.burst_every_slots {
-            return Err(format!(
+            return Err(InvalidConfig(format!(
                 "burst_slots ({}) must not exceed burst_every_slots ({})",
                 self.burst_slots, self.burst_every_slots
-            ));
+            )));
         }
         if u64::from(self.malformed_ppm) + u64::from(self.unknown_venue_ppm) > 1_000_000 {
-            return Err("malformed and unknown-venue fractions add up to more than 1".into());
+            return Err(InvalidConfig("malformed and unknown-venue fractions add up to more than 1".into()));
         }
         if self.multi_hop_ppm > 1_000_000 {
-            return Err("multi_hop fraction must be within [0, 1]".into());
+            return Err(InvalidConfig("multi_hop fraction must be within [0, 1]".into()));
         }
         Ok(())
     }
@@ -134,8 +139,8 @@ mod tests {
     #[test]
     fn validation_names_the_field() {
         let bad = ChainConfig { burst_slots: 200, ..ChainConfig::default() };
-        assert!(bad.validate().expect_err("invalid").contains("burst_slots"));
-        assert!(fraction_to_ppm("malformed", 1.5).expect_err("out of range").contains("malformed"));
+        assert!(bad.validate().expect_err("invalid").0.contains("burst_slots"));
+        assert!(fraction_to_ppm("malformed", 1.5).expect_err("out of range").0.contains("malformed"));
         assert_eq!(fraction_to_ppm("x", 0.01), Ok(10_000));
         assert!(ChainConfig::default().validate().is_ok());
     }

@@ -10,8 +10,8 @@ use std::collections::HashMap;
 use sluice_core::chain::{ChainTransaction, Instruction, TokenBalance};
 use sluice_core::dex::{PoolInfo, TokenMetadata, Venue};
 use sluice_core::keys::{self, random_signature};
-use sluice_core::pool::Seq;
 use sluice_core::rng::Rng;
+use sluice_core::seq::Seq;
 use sluice_core::venue::{self, clmm, clob, cpamm};
 
 use crate::config::ChainConfig;
@@ -71,7 +71,7 @@ pub struct Chain {
 
 impl Chain {
     /// The chain of `config`, at genesis.
-    pub fn new(config: ChainConfig) -> Result<Self, String> {
+    pub fn new(config: ChainConfig) -> Result<Self, crate::config::InvalidConfig> {
         config.validate()?;
         let mut rng = Rng::seeded(config.seed);
         let world = World::genesis(&config, &mut rng.fork(0));

@@ -124,7 +124,7 @@ struct ChainArgs {
 impl ChainArgs {
     fn config(&self) -> Result<ChainConfig> {
         let genesis_ms = self.genesis_ms.unwrap_or_else(sluice_core::clock::now_ms);
-        let ppm = |name: &str, v: f64| fraction_to_ppm(name, v).map_err(anyhow::Error::msg);
+        let ppm = |name: &str, v: f64| fraction_to_ppm(name, v).map_err(anyhow::Error::from);
         let config = ChainConfig {
             seed: self.seed,
             genesis_ms,
@@ -187,7 +187,7 @@ async fn main() -> Result<()> {
             chain,
         } => {
             let config = chain.config()?;
-            let chain = Chain::new(config.clone()).map_err(anyhow::Error::msg)?;
+            let chain = Chain::new(config.clone())?;
             let (listener, addr) = ChainNode::bind(listen).await.with_context(|| format!("binding {listen}"))?;
             let node = ChainNode::start(
                 chain,
@@ -210,7 +210,7 @@ async fn main() -> Result<()> {
                     .await
                     .with_context(|| format!("creating topic {topic}"))?;
             }
-            let chain = Chain::new(chain.config()?).map_err(anyhow::Error::msg)?;
+            let chain = Chain::new(chain.config()?)?;
             let options = FeedOptions {
                 max_slots: slots,
                 max_transactions: transactions,

@@ -13,6 +13,7 @@
 //! - [`route`]: which pools a transaction touches, i.e. its Kafka keys.
 //! - [`txview`]: a transaction decoded without copying its strings out.
 //! - [`recognize`]: a transaction record → the swaps it made on its pool.
+//! - [`seq`]: a swap's position on the chain (slot, transaction, instruction).
 //! - [`pool`]: pool state and how a swap changes it.
 //! - [`offsets`]: the per-partition contiguous-watermark offset tracker.
 //! - [`cache`]: the concurrent batch-evicting cache (token decimals).
@@ -30,6 +31,7 @@ pub mod prices;
 pub mod recognize;
 pub mod rng;
 pub mod route;
+pub mod seq;
 pub mod txview;
 pub mod venue;
 

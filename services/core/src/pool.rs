@@ -8,26 +8,16 @@
 
 use crate::dex::Venue;
 use crate::recognize::SwapFact;
+use crate::seq::Seq;
 
-/// Position of a swap on the chain, ordered by slot, then transaction index,
-/// then instruction index.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct Seq {
-    pub slot: u64,
-    pub tx_index: u32,
-    pub ix_index: u32,
-}
-
-impl From<Seq> for crate::dex::Sequence {
-    fn from(s: Seq) -> Self {
-        Self { slot: s.slot, tx_index: s.tx_index, ix_index: s.ix_index }
-    }
-}
-
-impl From<&crate::dex::Sequence> for Seq {
-    fn from(s: &crate::dex::Sequence) -> Self {
-        Self { slot: s.slot, tx_index: s.tx_index, ix_index: s.ix_index }
-    }
+/// A wire-form pool state whose sqrt price is not a number.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("pool {pool}: sqrt_price_x64 {sqrt_price_x64:?}: {source}")]
+pub struct BadPoolState {
+    pub pool: String,
+    pub sqrt_price_x64: String,
+    #[source]
+    pub source: std::num::ParseIntError,
 }
 
 /// The parameters that turn a pool's raw state into a UI price.
@@ -140,10 +130,14 @@ impl PoolState {
 
     /// The state a wire-form state describes (what a chain node's `GetPool`
     /// answers); an unparsable sqrt price is an error naming it.
-    pub fn from_proto(state: &crate::dex::PoolState) -> Result<Self, String> {
+    pub fn from_proto(state: &crate::dex::PoolState) -> Result<Self, BadPoolState> {
         let sqrt_price_x64 = match state.sqrt_price_x64.as_str() {
             "" => 0,
-            raw => raw.parse().map_err(|e| format!("pool {}: sqrt_price_x64 {raw:?}: {e}", state.pool))?,
+            raw => raw.parse().map_err(|source| BadPoolState {
+                pool: state.pool.clone(),
+                sqrt_price_x64: raw.to_string(),
+                source,
+            })?,
         };
         Ok(Self {
             reserve_a: state.reserve_a,
@@ -223,7 +217,7 @@ mod tests {
         assert_eq!(PoolState::from_proto(&state.to_proto("p", 4, &params)), Ok(state));
         let mut bad = state.to_proto("p", 4, &params);
         bad.sqrt_price_x64 = "12x".into();
-        assert!(PoolState::from_proto(&bad).expect_err("unparsable").contains("sqrt_price_x64"));
+        assert!(PoolState::from_proto(&bad).expect_err("unparsable").to_string().contains("sqrt_price_x64"));
     }
 
     #[test]

@@ -10,7 +10,7 @@
 use crate::chain::ChainTransaction;
 use crate::dex::Venue;
 use crate::keys;
-use crate::pool::Seq;
+use crate::seq::Seq;
 use crate::txview::{BalanceView, InstructionView, TxView};
 use crate::venue::{self, LayoutError, clmm, clob, cpamm};
 

@@ -3,7 +3,7 @@
 //! `kafka` trigger on the group's offsets, or, for Sluice's triggers, the metric asked of the
 //! demo's sluice-lag over KEDA's external-scaler protocol with the metadata the chart would
 //! render, as KEDA's operator asks it — and the HPA controller's arithmetic
-//! (`conformance/hpa` holds it to Kubernetes' controller), on the demo's shorter sync. The
+//! (`services/scaling/conformance/hpa` holds it to Kubernetes' controller), on the demo's shorter sync. The
 //! demo, `sluice-lag simulate` and the chart speak one policy.
 
 use std::collections::HashMap;
@@ -31,12 +31,29 @@ pub struct Overrides {
     pub extra: Vec<(String, String)>,
 }
 
+/// Why the demo has no autoscaling policy.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("--set {0:?}: expected KEY=VALUE, e.g. processor.autoscaling.maxReplicas=6")]
+    BadSet(String),
+    #[error("no values file")]
+    NoValuesFile,
+    #[error("reading {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Values(#[from] values::ValuesError),
+}
+
 /// `KEY=VALUE` pairs of `--set`.
-pub fn parse_sets(sets: &[String]) -> Result<Vec<(String, String)>, String> {
+pub fn parse_sets(sets: &[String]) -> Result<Vec<(String, String)>, PolicyError> {
     sets.iter()
         .map(|s| match s.split_once('=') {
             Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
-            _ => Err(format!("--set {s:?}: expected KEY=VALUE, e.g. processor.autoscaling.maxReplicas=6")),
+            _ => Err(PolicyError::BadSet(s.clone())),
         })
         .collect()
 }
@@ -66,19 +83,19 @@ fn override_values(o: &Overrides) -> serde_json::Value {
 
 /// The policy the demo runs: the values files in helm's order (the chart's first, each
 /// later one merged over it) and the flags over them (helm's order: `-f` files, then `--set`).
-pub fn policy(files: &[&Path], o: &Overrides) -> Result<Policy, String> {
-    let (base, overrides) = files.split_first().ok_or("no values file")?;
-    let read = |file: &Path| {
+pub fn policy(files: &[&Path], o: &Overrides) -> Result<Policy, PolicyError> {
+    let (base, overrides) = files.split_first().ok_or(PolicyError::NoValuesFile)?;
+    let read = |file: &Path| -> Result<serde_json::Value, PolicyError> {
         let name = file.display().to_string();
-        let text = std::fs::read_to_string(file).map_err(|e| format!("reading {name}: {e}"))?;
-        values::parse_yaml(&name, &text)
+        let text = std::fs::read_to_string(file).map_err(|source| PolicyError::Read { path: name.clone(), source })?;
+        Ok(values::parse_yaml(&name, &text)?)
     };
     let mut v = read(base)?;
     for file in overrides {
         values::merge(&mut v, read(file)?);
     }
     values::merge(&mut v, override_values(o));
-    values::policy(&base.display().to_string(), &v)
+    Ok(values::policy(&base.display().to_string(), &v)?)
 }
 
 /// The same overrides as `helm --set` pairs (`processor.autoscaling.maxReplicas`, …).

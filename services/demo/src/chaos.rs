@@ -215,19 +215,28 @@ impl Chaos {
         let noticed = wait_replaced(system, 1.0, Duration::from_secs(30)).await;
         self.stack(&["redis-restore"]).await?;
         let back = wait_replaced(system, 0.0, Duration::from_secs(30)).await;
-        anyhow::ensure!(noticed.is_ok(), "Redis wiped: {}", noticed.err().unwrap_or_default());
-        anyhow::ensure!(back.is_ok(), "Redis restored: {}", back.err().unwrap_or_default());
+        let noticed = noticed.map_err(|e| anyhow::anyhow!("Redis wiped: {e}"))?;
+        let back = back.map_err(|e| anyhow::anyhow!("Redis restored: {e}"))?;
         Ok(format!(
             "every service stopped writing within {:.1} s and went on within {:.1} s of the restore",
-            noticed.unwrap_or_default().as_secs_f64(),
-            back.unwrap_or_default().as_secs_f64()
+            noticed.as_secs_f64(),
+            back.as_secs_f64()
         ))
     }
 }
 
+/// The services that did not report a state store's change in time.
+#[derive(Debug, thiserror::Error)]
+#[error("not reported as {want} within {limit:?} by {}", .missing.join(", "))]
+struct NotReported {
+    want: f64,
+    limit: Duration,
+    missing: Vec<String>,
+}
+
 /// Waits until every processor and scheduler, and the active ingest, read
 /// `want` on their `state_store_replaced` gauge; how long it took, or who did not.
-async fn wait_replaced(system: &System, want: f64, limit: Duration) -> Result<Duration, String> {
+async fn wait_replaced(system: &System, want: f64, limit: Duration) -> Result<Duration, NotReported> {
     let started = Instant::now();
     loop {
         let mut missing = Vec::new();
@@ -253,7 +262,7 @@ async fn wait_replaced(system: &System, want: f64, limit: Duration) -> Result<Du
             return Ok(started.elapsed());
         }
         if started.elapsed() > limit {
-            return Err(format!("not reported as {want} within {limit:?} by {}", missing.join(", ")));
+            return Err(NotReported { want, limit, missing });
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }

@@ -31,7 +31,7 @@ impl Api {
     pub fn from_kubeconfig(path: &Path) -> anyhow::Result<Self> {
         let name = path.display().to_string();
         let text = std::fs::read_to_string(path).with_context(|| format!("reading the kubeconfig {name}"))?;
-        let config = sluice_scaling::values::parse_yaml(&name, &text).map_err(anyhow::Error::msg)?;
+        let config = sluice_scaling::values::parse_yaml(&name, &text)?;
         let field = |pointer: &str| {
             config.pointer(pointer).and_then(Value::as_str).map(String::from).with_context(|| {
                 format!("{name}: no {pointer} (the demo reads kubeconfigs like cluster.sh's: a CA file and a token)")

@@ -14,8 +14,8 @@ use rdkafka::message::{Headers, Message as _};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use serde::Serialize;
 use sluice_chainsim::{Chain, ChainConfig, TxKind};
-use sluice_core::pool::Seq;
 use sluice_core::route::record_keys;
+use sluice_core::seq::Seq;
 use sluice_kafka::KafkaConfig;
 use sluice_proto::chain::v1::ChainTransaction;
 use sluice_proto::dex::v1::Swap;
@@ -141,7 +141,7 @@ struct Expected {
 /// Every swap per pool and every malformed transaction's signature, up to
 /// `cursor`; and every pool.
 fn expected(config: &ChainConfig, cursor: u64) -> anyhow::Result<Expected> {
-    let mut chain = Chain::new(config.clone()).map_err(anyhow::Error::msg)?;
+    let mut chain = Chain::new(config.clone())?;
     let (mut swaps, mut malformed) = (HashMap::<String, Vec<Seq>>::new(), HashSet::new());
     let mut carriers = HashMap::new();
     while chain.next_slot() <= cursor {

@@ -47,6 +47,21 @@ pub struct Names {
     pub admin_token: String,
 }
 
+impl Names {
+    /// A run's own topics, group and key prefix, all derived from its `id`.
+    pub fn for_run(id: String, admin_token: String) -> Self {
+        Self {
+            topic: format!("{id}.chain.transactions"),
+            swaps: format!("{id}.dex.swaps"),
+            dlq: format!("{id}.chain.transactions.dlq"),
+            group: format!("{id}.processor"),
+            prefix: format!("{id}:"),
+            admin_token,
+            id,
+        }
+    }
+}
+
 /// 128 random bits as hex (the standard library's per-process hash keys).
 pub fn fresh_token() -> String {
     use std::hash::{BuildHasher, Hasher};
@@ -150,13 +165,13 @@ impl System {
     }
 
     /// How each processor pod seen shutting down did, from its log (waits for the logs to end).
-    pub fn shutdown_reports(&mut self) -> Vec<crate::report::Shutdown> {
+    pub fn shutdown_reports(&mut self) -> Vec<crate::shutdown::Shutdown> {
         std::mem::take(&mut self.shutdowns)
             .into_iter()
             .map(|(pod, grace, log, follower)| {
                 let _ = follower.join();
                 let text = std::fs::read_to_string(&log).unwrap_or_default();
-                crate::report::Shutdown::from_log(&pod, grace, &text)
+                crate::shutdown::Shutdown::from_log(&pod, grace, &text)
             })
             .collect()
     }

@@ -15,6 +15,7 @@ use sluice_runtime::RuntimeMetrics;
 use sluice_runtime::sink::SinkError;
 use sluice_runtime::sink::{RedisConfig, RedisSink, StateStore};
 use sluice_runtime::{Batching, HandleError, Handled, Handler, Publish, Record};
+use sluice_service::admin::NotReady;
 
 use crate::config::DexConfig;
 use crate::metrics::DexMetrics;
@@ -53,6 +54,17 @@ fn pow10(exp: u32) -> f64 {
     10f64.powi(exp as i32)
 }
 
+/// Why the handler could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("redis url: {0}")]
+    RedisUrl(#[source] redis::RedisError),
+    #[error("redis sink: {0}")]
+    Sink(#[from] SinkError),
+    #[error("metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+}
+
 impl DexHandler<Live> {
     /// Builds the handler on its own Redis sink (started here, with the
     /// runtime's metrics, writing only into a store that carries `expect`:
@@ -63,10 +75,10 @@ impl DexHandler<Live> {
         redis: &RedisConfig,
         metrics: &RuntimeMetrics,
         expect: Expect,
-    ) -> Result<Self, String> {
-        let client = redis::Client::open(redis.url.as_str()).map_err(|e| format!("redis url: {e}"))?;
+    ) -> Result<Self, StartError> {
+        let client = redis::Client::open(redis.url.as_str()).map_err(StartError::RedisUrl)?;
         let state = StateStore { prefix: config.redis_prefix.clone(), expect };
-        let sink = RedisSink::start(redis, scripts(), metrics, state).map_err(|e| e.to_string())?;
+        let sink = RedisSink::start(redis, scripts(), metrics, state)?;
         let outputs = Live::new(&config, sink);
         let mut handler = DexHandler::with_outputs(config, outputs, &metrics.registry)?;
         handler.invalidations = Some(tokio::spawn(registry::follow_invalidations(
@@ -80,8 +92,8 @@ impl DexHandler<Live> {
 
 impl<O: Outputs> DexHandler<O> {
     /// The handler on any outputs (benchmarks use in-memory ones).
-    pub fn with_outputs(config: DexConfig, outputs: O, registry: &prometheus::Registry) -> Result<Self, String> {
-        let metrics = DexMetrics::register(registry).map_err(|e| format!("metrics: {e}"))?;
+    pub fn with_outputs(config: DexConfig, outputs: O, registry: &prometheus::Registry) -> Result<Self, StartError> {
+        let metrics = DexMetrics::register(registry)?;
         Ok(Self {
             board: PriceBoard::new(config.reference_tokens.iter().cloned()),
             swaps_topic: Arc::from(config.swaps_topic.as_str()),
@@ -426,7 +438,7 @@ impl<O: Outputs> Handler for DexHandler<O> {
         Batching::Batch { max_records: BATCH_RECORDS }
     }
 
-    fn ready(&self) -> Result<(), String> {
+    fn ready(&self) -> Result<(), NotReady> {
         self.outputs.ready()
     }
 

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use dashmap::DashMap;
 use sluice_core::pool::{Applied, PoolState};
 use sluice_runtime::sink::{RedisSink, SinkError};
+use sluice_service::admin::NotReady;
 
 use crate::config::DexConfig;
 use crate::registry;
@@ -38,7 +39,7 @@ pub trait Outputs: Send + Sync + 'static {
     }
 
     /// Whether the store answers (the processor's readiness).
-    fn ready(&self) -> Result<(), String> {
+    fn ready(&self) -> Result<(), NotReady> {
         Ok(())
     }
 
@@ -69,7 +70,7 @@ impl Live {
 }
 
 impl Outputs for Live {
-    fn ready(&self) -> Result<(), String> {
+    fn ready(&self) -> Result<(), NotReady> {
         self.redis.ready()
     }
 

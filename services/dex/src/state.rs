@@ -11,7 +11,8 @@
 
 use std::collections::HashMap;
 
-use sluice_core::pool::{PoolState, PoolUpdate, Seq};
+use sluice_core::pool::{PoolState, PoolUpdate};
+use sluice_core::seq::Seq;
 
 /// The apply script. Returns 1 when applied, 0 when the swap was not newer.
 pub const APPLY_SCRIPT: &str = r#"

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use sluice_kafka::KafkaConfig;
 use sluice_kafka::topics::CHAIN_TRANSACTIONS;
-use sluice_service::env::EnvReader;
+use sluice_service::env::{EnvReader, Unexpected};
 
 /// Where the stream starts when no cursor is stored yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,12 +18,12 @@ pub enum Start {
 }
 
 impl std::str::FromStr for Start {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = Unexpected;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "genesis" => Ok(Self::Genesis),
             "head" => Ok(Self::Head),
-            n => n.parse().map(Self::Slot).map_err(|_| format!("expected genesis, head or a slot number, got {n:?}")),
+            n => n.parse().map(Self::Slot).map_err(|_| Unexpected::new("genesis, head or a slot number", n)),
         }
     }
 }
@@ -41,13 +41,13 @@ pub enum LostCursor {
 }
 
 impl std::str::FromStr for LostCursor {
-    type Err = String;
+    type Err = Unexpected;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "stop" => Ok(Self::Stop),
             "resend" => Ok(Self::Resend),
-            other => Err(format!("expected stop or resend, got {other:?}")),
+            other => Err(Unexpected::new("stop or resend", other)),
         }
     }
 }

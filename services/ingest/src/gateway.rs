@@ -28,12 +28,12 @@ use sluice_kafka::producer::Acked;
 use sluice_kafka::tail::newest_records;
 use sluice_kafka::{PipelinedProducer, ProduceError};
 use sluice_proto::chain::v1::chain_client::ChainClient;
-use sluice_proto::chain::v1::{GetHeadRequest, SubscribeRequest, subscribe_update::Update};
+use sluice_proto::chain::v1::{GetHeadRequest, SubscribeRequest, SubscribeUpdate, subscribe_update::Update};
 use tokio::sync::watch;
 use tonic::transport::Channel;
 
 use crate::config::{IngestConfig, LostCursor, Start};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Operation, Reconnect};
 use crate::resent::{AlreadySent, Position};
 use crate::store::{Store, Written};
 use crate::tracker::{Next, SlotTracker};
@@ -71,10 +71,19 @@ pub struct Gateway {
     chain: ChainClient<Channel>,
 }
 
+/// `SLUICE_INGEST_CHAIN_URL` is not a URI.
+#[derive(Debug, thiserror::Error)]
+#[error("SLUICE_INGEST_CHAIN_URL={url:?}: {source}")]
+pub struct BadChainUrl {
+    pub url: String,
+    #[source]
+    pub source: tonic::codegen::http::uri::InvalidUri,
+}
+
 /// The chain client, connected lazily (the chain may come up later).
-pub fn chain_client(url: &str) -> Result<ChainClient<Channel>, String> {
+pub fn chain_client(url: &str) -> Result<ChainClient<Channel>, BadChainUrl> {
     let endpoint = Channel::from_shared(url.to_string())
-        .map_err(|e| format!("SLUICE_INGEST_CHAIN_URL={url:?}: {e}"))?
+        .map_err(|source| BadChainUrl { url: url.to_string(), source })?
         .connect_timeout(Duration::from_secs(5));
     Ok(ChainClient::new(endpoint.connect_lazy()).max_decoding_message_size(64 << 20))
 }
@@ -125,7 +134,7 @@ impl Gateway {
                     );
                 }
                 End::Failed(e) => {
-                    self.metrics.errors.with_label_values(&["active"]).inc();
+                    self.metrics.error(Operation::Active);
                     tracing::error!(error = %e, "Streaming failed; releasing the lease and starting over from the cursor");
                     let _ = sluice_coord::release(&mut self.store.connection(), &claim).await;
                     tokio::select! {
@@ -162,7 +171,7 @@ impl Gateway {
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    self.metrics.errors.with_label_values(&["lease"]).inc();
+                    self.metrics.error(Operation::Lease);
                     tracing::warn!(error = %e, "Lease attempt failed (Redis)");
                 }
             }
@@ -185,7 +194,7 @@ impl Gateway {
                 async move { sluice_coord::renew(&mut conn, &claim, ttl).await }
             },
             move |error| {
-                metrics.errors.with_label_values(&["renew"]).inc();
+                metrics.error(Operation::Renew);
                 tracing::warn!(error, "Lease renewal failed");
             },
         )
@@ -217,19 +226,19 @@ impl Gateway {
         match read.map_err(|e| e.to_string()).and_then(|tails| tails.map_err(|e| e.to_string())) {
             Ok(tails) => Ok(AlreadySent::from_tails(&tails)),
             Err(e) => {
-                self.metrics.errors.with_label_values(&["tail"]).inc();
+                self.metrics.error(Operation::Tail);
                 Err(End::Failed(format!("cannot read the topic's newest records, so what it holds already: {e}")))
             }
         }
     }
 
-    async fn first_slot(&self, cursor: Option<u64>) -> Result<u64, String> {
+    async fn first_slot(&self, cursor: Option<u64>) -> Result<u64, tonic::Status> {
         Ok(match (cursor, self.config.start) {
             (Some(c), _) => c + 1,
             (None, Start::Genesis) => 0,
             (None, Start::Slot(s)) => s,
             (None, Start::Head) => {
-                let head = self.chain.clone().get_head(GetHeadRequest {}).await.map_err(|e| e.message().to_string())?;
+                let head = self.chain.clone().get_head(GetHeadRequest {}).await?;
                 head.into_inner().head_slot
             }
         })
@@ -242,54 +251,49 @@ impl Gateway {
         self.metrics.state_store_replaced.set(1);
         End::Failed(format!(
             "the Redis state store was replaced ({}generation is not the generation this instance opened): not \
-             streaming. Restore Redis (streaming resumes), or restart the ingest on the new store (README, \
-             \"When Redis loses its data\")",
+             streaming. Restore Redis (streaming resumes), or restart the ingest on the new store \
+             (docs/deploying.md, \"When Redis loses its data\")",
             self.config.redis_prefix
         ))
     }
 
     /// One active period, until shutdown, a lost lease or a failure.
-    async fn active(&self, claim: &Claim, mut lost: Lost, mut shutdown: watch::Receiver<bool>) -> End {
+    async fn active(&self, claim: &Claim, lost: Lost, shutdown: watch::Receiver<bool>) -> End {
+        let (producer, session) = match self.open(claim).await {
+            Ok(opened) => opened,
+            Err(end) => return end,
+        };
+        // Transactional: each tick commits what was sent, then records the cursor.
+        let every = if self.config.transactional_id.is_some() {
+            self.config.transaction_interval
+        } else {
+            self.config.cursor_interval
+        };
+        let tick = tokio::time::interval(every);
+        self.stream(&mut Period { claim, producer, session, lost, shutdown, tick }).await
+    }
+
+    /// The period's start: the store is the cursor's, the first slot, the producer (which
+    /// fences the previous active instance), what the topic holds already; a chosen start is
+    /// recorded at once.
+    async fn open(&self, claim: &Claim) -> Result<(PipelinedProducer<Tag>, Session), End> {
         match self.store.check_generation().await {
             Ok(Ok(())) => self.metrics.state_store_replaced.set(0),
-            Ok(Err(_)) => return self.replaced(),
-            Err(e) => return End::Failed(format!("reading the generation marker: {e}")),
+            Ok(Err(_)) => return Err(self.replaced()),
+            Err(e) => return Err(End::Failed(format!("reading the generation marker: {e}"))),
         }
-        let cursor = match self.store.position().await {
-            Ok(p) => p,
-            Err(e) => return End::Failed(format!("reading the cursor: {e}")),
-        };
-        let first = match self.first_slot(cursor).await {
-            Ok(s) => s,
-            Err(e) => return End::Failed(format!("reading the chain head: {e}")),
-        };
+        let cursor = self.store.position().await.map_err(|e| End::Failed(format!("reading the cursor: {e}")))?;
+        let first = self
+            .first_slot(cursor)
+            .await
+            .map_err(|e| End::Failed(format!("reading the chain head: {}", e.message())))?;
         // The producer first: a transactional one fences the previous active
         // instance at the broker (its open transaction aborted) before the
         // topic's newest records are read.
-        let mut producer = match self.producer().await {
-            Ok(p) => p,
-            Err(e) => return e.into(),
-        };
-        let already = match self.already_sent().await {
-            Ok(a) => a,
-            Err(end) => return end,
-        };
+        let producer = self.producer().await?;
+        let already = self.already_sent().await?;
         if let (None, Some(newest)) = (cursor, already.newest_slot()) {
-            if self.config.lost_cursor == LostCursor::Stop {
-                self.metrics.cursor_lost.set(1);
-                return End::Failed(format!(
-                    "Redis holds no cursor ({}ingest:cursor), but {} already holds records up to slot {newest}: \
-                     Redis was reset or replaced. Not streaming. Restore the cursor, or set \
-                     SLUICE_INGEST_LOST_CURSOR=resend to read the chain again from START (what the topic holds \
-                     is not sent again)",
-                    self.config.redis_prefix, self.config.topic
-                ));
-            }
-            tracing::warn!(
-                newest,
-                "No cursor, but the topic holds records: reading the chain again from START, sending what the topic \
-                 lacks (LOST_CURSOR=resend)"
-            );
+            self.lost_cursor(newest)?;
         }
         self.metrics.cursor_lost.set(0);
         // A chosen start (head, a slot) is recorded at once, so a takeover
@@ -297,9 +301,9 @@ impl Gateway {
         if cursor.is_none() && first > 0 {
             match self.store.advance(claim, first - 1).await {
                 Ok(Written::Moved) => {}
-                Ok(Written::Refused) => return End::LeaseLost,
-                Ok(Written::Replaced) => return self.replaced(),
-                Err(e) => return End::Failed(format!("recording the start: {e}")),
+                Ok(Written::Refused) => return Err(End::LeaseLost),
+                Ok(Written::Replaced) => return Err(self.replaced()),
+                Err(e) => return Err(End::Failed(format!("recording the start: {e}"))),
             }
         }
         tracing::info!(first_slot = first, ?cursor, partitions_written = already.partitions_written(), "Streaming");
@@ -307,99 +311,132 @@ impl Gateway {
         // newest record complete: an idempotent one may leave a gap after a
         // failed delivery (a later record landed, the failed one did not), so
         // without transactions what the topic may hold is sent again (counted).
-        // Nor can a record's partition be named under a partitioner of the user's own.
         // A `partitioner` of the user's own decides partitions instead.
         let own_partitioner = self.config.kafka.properties.iter().any(|(k, _)| k == "partitioner");
         let already = if own_partitioner { already.client_partitions() } else { already };
         let skips = self.config.transactional_id.is_some() && !own_partitioner;
-        let mut session = Session { tracker: SlotTracker::new(first), written: cursor, already, skips };
+        Ok((producer, Session { tracker: SlotTracker::new(first), written: cursor, already, skips }))
+    }
+
+    /// No cursor, but the topic holds records up to `newest`: Redis was reset or replaced.
+    /// `LOST_CURSOR=stop` ends the period; `resend` reads the chain again from `START`.
+    fn lost_cursor(&self, newest: u64) -> Result<(), End> {
+        if self.config.lost_cursor == LostCursor::Stop {
+            self.metrics.cursor_lost.set(1);
+            return Err(End::Failed(format!(
+                "Redis holds no cursor ({}ingest:cursor), but {} already holds records up to slot {newest}: \
+                 Redis was reset or replaced. Not streaming. Restore the cursor, or set \
+                 SLUICE_INGEST_LOST_CURSOR=resend to read the chain again from START (what the topic holds \
+                 is not sent again)",
+                self.config.redis_prefix, self.config.topic
+            )));
+        }
+        tracing::warn!(
+            newest,
+            "No cursor, but the topic holds records: reading the chain again from START, sending what the topic \
+             lacks (LOST_CURSOR=resend)"
+        );
+        Ok(())
+    }
+
+    /// Subscribes to the chain from the resume slot and follows it, reconnecting with a
+    /// backoff, until the period ends.
+    async fn stream(&self, p: &mut Period<'_>) -> End {
         let mut backoff = self.config.reconnect_min;
-        // Transactional: each tick commits what was sent, then records the cursor.
-        let every = if self.config.transactional_id.is_some() {
-            self.config.transaction_interval
-        } else {
-            self.config.cursor_interval
-        };
-        let mut tick = tokio::time::interval(every);
         loop {
-            let from = session.tracker.resume_slot();
+            let from = p.session.tracker.resume_slot();
             let mut chain = self.chain.clone();
             let opened = tokio::select! {
                 opened = chain.subscribe(SubscribeRequest { from_slot: from }) => opened,
-                () = lease_lost(&mut lost) => return End::LeaseLost,
-                () = stopped(&mut shutdown) => return self.drain(claim, &mut producer, &mut session).await,
+                () = lease_lost(&mut p.lost) => return End::LeaseLost,
+                () = stopped(&mut p.shutdown) => return self.drain(p.claim, &mut p.producer, &mut p.session).await,
             };
             match opened {
-                Ok(stream) => {
-                    let mut stream = stream.into_inner();
-                    loop {
-                        tokio::select! {
-                            biased;
-                            () = lease_lost(&mut lost) => return End::LeaseLost,
-                            () = stopped(&mut shutdown) => return self.drain(claim, &mut producer, &mut session).await,
-                            _ = tick.tick() => {
-                                let acked = match producer.commit().await {
-                                    Ok(a) => a,
-                                    Err(e) => return e.into(),
-                                };
-                                self.acked(&mut session, acked);
-                                match self.write_cursor(claim, &mut session).await {
-                                    Ok(Written::Moved) => {}
-                                    Ok(Written::Refused) => return End::LeaseLost,
-                                    Ok(Written::Replaced) => return self.replaced(),
-                                    Err(e) => {
-                                        self.metrics.errors.with_label_values(&["cursor"]).inc();
-                                        tracing::warn!(error = %e, "Cursor write failed (Redis); will retry");
-                                    }
-                                }
-                            }
-                            message = stream.message() => match message {
-                                Ok(Some(update)) => {
-                                    backoff = self.config.reconnect_min;
-                                    let ended = matches!(update.update, Some(Update::SlotEnd(_)));
-                                    match self.handle(update.update, &mut producer, &mut session).await {
-                                        Err(e) => return e.into(),
-                                        Ok(Next::Gap) => {
-                                            self.metrics.reconnects.with_label_values(&["gap"]).inc();
-                                            tracing::warn!(resume = session.tracker.resume_slot(), "The chain stream skipped updates; reconnecting");
-                                            break;
-                                        }
-                                        Ok(_) => {}
-                                    }
-                                    // A send may have waited on a full queue: look again.
-                                    if lost.borrow().is_some() {
-                                        return End::LeaseLost;
-                                    }
-                                    if ended && let Some(end) = self.slot_ended(claim, &mut session).await {
-                                        return end;
-                                    }
-                                }
-                                Ok(None) => {
-                                    self.metrics.reconnects.with_label_values(&["ended"]).inc();
-                                    tracing::warn!(resume = session.tracker.resume_slot(), "Chain stream ended; reconnecting");
-                                    break;
-                                }
-                                Err(status) => {
-                                    self.metrics.reconnects.with_label_values(&["error"]).inc();
-                                    tracing::warn!(error = %status.message(), resume = session.tracker.resume_slot(), "Chain stream failed; reconnecting");
-                                    break;
-                                }
-                            }
-                        }
-                    }
-                }
+                Ok(stream) => match self.follow(p, &mut stream.into_inner()).await {
+                    Ok(true) => backoff = self.config.reconnect_min,
+                    Ok(false) => {}
+                    Err(end) => return end,
+                },
                 Err(status) => {
-                    self.metrics.reconnects.with_label_values(&["connect"]).inc();
+                    self.metrics.reconnect(Reconnect::Connect);
                     tracing::warn!(error = %status.message(), "Cannot subscribe to the chain; retrying");
                 }
             }
             tokio::select! {
                 () = tokio::time::sleep(backoff) => {}
-                () = lease_lost(&mut lost) => return End::LeaseLost,
-                () = stopped(&mut shutdown) => return self.drain(claim, &mut producer, &mut session).await,
+                () = lease_lost(&mut p.lost) => return End::LeaseLost,
+                () = stopped(&mut p.shutdown) => return self.drain(p.claim, &mut p.producer, &mut p.session).await,
             }
             backoff = (backoff * 2).min(self.config.reconnect_max);
         }
+    }
+
+    /// One chain stream, sent on and ticked, until it must be reopened (`Ok`: whether it
+    /// delivered anything) or the period ends (`Err`).
+    async fn follow(&self, p: &mut Period<'_>, stream: &mut tonic::Streaming<SubscribeUpdate>) -> Result<bool, End> {
+        let mut delivered = false;
+        loop {
+            tokio::select! {
+                biased;
+                () = lease_lost(&mut p.lost) => return Err(End::LeaseLost),
+                () = stopped(&mut p.shutdown) => return Err(self.drain(p.claim, &mut p.producer, &mut p.session).await),
+                _ = p.tick.tick() => self.tick(p).await?,
+                message = stream.message() => match message {
+                    Ok(Some(update)) => {
+                        delivered = true;
+                        if !self.update(p, update).await? {
+                            return Ok(delivered);
+                        }
+                    }
+                    Ok(None) => {
+                        self.metrics.reconnect(Reconnect::Ended);
+                        tracing::warn!(resume = p.session.tracker.resume_slot(), "Chain stream ended; reconnecting");
+                        return Ok(delivered);
+                    }
+                    Err(status) => {
+                        self.metrics.reconnect(Reconnect::Error);
+                        tracing::warn!(error = %status.message(), resume = p.session.tracker.resume_slot(), "Chain stream failed; reconnecting");
+                        return Ok(delivered);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A tick: commit what was sent, then record the cursor (a failed write is retried at
+    /// the next tick).
+    async fn tick(&self, p: &mut Period<'_>) -> Result<(), End> {
+        let acked = p.producer.commit().await?;
+        self.acked(&mut p.session, acked);
+        match self.write_cursor(p.claim, &mut p.session).await {
+            Ok(Written::Moved) => Ok(()),
+            Ok(Written::Refused) => Err(End::LeaseLost),
+            Ok(Written::Replaced) => Err(self.replaced()),
+            Err(e) => {
+                self.metrics.error(Operation::Cursor);
+                tracing::warn!(error = %e, "Cursor write failed (Redis); will retry");
+                Ok(())
+            }
+        }
+    }
+
+    /// One update of the chain sent on; `Ok(false)`: the stream skipped updates and must
+    /// be reopened.
+    async fn update(&self, p: &mut Period<'_>, update: SubscribeUpdate) -> Result<bool, End> {
+        let ended = matches!(update.update, Some(Update::SlotEnd(_)));
+        if let Next::Gap = self.handle(update.update, &mut p.producer, &mut p.session).await? {
+            self.metrics.reconnect(Reconnect::Gap);
+            tracing::warn!(resume = p.session.tracker.resume_slot(), "The chain stream skipped updates; reconnecting");
+            return Ok(false);
+        }
+        // A send may have waited on a full queue: look again.
+        if p.lost.borrow().is_some() {
+            return Err(End::LeaseLost);
+        }
+        if ended && let Some(end) = self.slot_ended(p.claim, &mut p.session).await {
+            return Err(end);
+        }
+        Ok(true)
     }
 
     /// This period's producer: transactional (fencing every earlier holder
@@ -459,7 +496,7 @@ impl Gateway {
             Ok(Written::Replaced) => Some(self.replaced()),
             Ok(Written::Moved) => None,
             Err(e) => {
-                self.metrics.errors.with_label_values(&["cursor"]).inc();
+                self.metrics.error(Operation::Cursor);
                 tracing::warn!(error = %e, "Cursor write failed (Redis); will retry");
                 None
             }
@@ -509,6 +546,16 @@ impl Gateway {
         tracing::info!(cursor = ?session.tracker.cursor(), "Drained");
         End::Shutdown
     }
+}
+
+/// An active period's state: what it writes with, where it is, and what ends it.
+struct Period<'c> {
+    claim: &'c Claim,
+    producer: PipelinedProducer<Tag>,
+    session: Session,
+    lost: Lost,
+    shutdown: watch::Receiver<bool>,
+    tick: tokio::time::Interval,
 }
 
 /// One active period's position.

@@ -2,7 +2,7 @@
 //! Run two: one is active (it holds a lease in Redis), the other stands by
 //! and takes over within the lease time when the active one dies.
 //!
-//! Configuration: `SLUICE_INGEST_…` variables (see README.md and
+//! Configuration: `SLUICE_INGEST_…` variables (see docs/workload.md and
 //! `sluice_ingest::config`); every bad or unknown one is reported by name
 //! and the process exits with status 2.
 
@@ -56,7 +56,7 @@ async fn run(config: IngestConfig) -> anyhow::Result<()> {
     };
     let store = Store::new(conn, &config.redis_prefix);
     store.open_generation().await.context("opening the Redis state generation")?;
-    let chain = chain_client(&config.chain_url).map_err(anyhow::Error::msg)?;
+    let chain = chain_client(&config.chain_url)?;
     let gateway = Gateway::new(config, store, metrics, chain);
     ready.store(true, Ordering::SeqCst);
     let running = tokio::spawn(gateway.run(stop_rx));

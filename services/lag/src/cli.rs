@@ -19,14 +19,41 @@ pub struct DescribeArgs {
     pub addr: String,
 }
 
+/// Why `describe` has no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum DescribeError {
+    #[error("{addr}: {source}")]
+    Io {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{addr}: not an HTTP response")]
+    NotHttp { addr: String },
+    /// sluice-lag answered with an error (an unwatched group: 404).
+    #[error("{addr}: {body}")]
+    Refused { addr: String, body: String },
+    #[error("{source}: {body}")]
+    NotAGroup {
+        body: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
 /// GET `path` of `addr` (HTTP/1.0): status code and body.
-fn get(addr: &str, path: &str) -> Result<(u16, String), String> {
-    let mut stream = std::net::TcpStream::connect(addr).map_err(|e| format!("{addr}: {e}"))?;
-    stream.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").map_err(|e| e.to_string())?;
+fn get(addr: &str, path: &str) -> Result<(u16, String), DescribeError> {
+    let io = |source| DescribeError::Io { addr: addr.to_string(), source };
+    let mut stream = std::net::TcpStream::connect(addr).map_err(io)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10))).map_err(io)?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").map_err(io)?;
     let mut response = String::new();
-    stream.read_to_string(&mut response).map_err(|e| e.to_string())?;
-    let code = response.split_whitespace().nth(1).and_then(|c| c.parse().ok()).ok_or("not an HTTP response")?;
+    stream.read_to_string(&mut response).map_err(io)?;
+    let code = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| DescribeError::NotHttp { addr: addr.to_string() })?;
     let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
     Ok((code, body))
 }
@@ -113,11 +140,12 @@ pub fn render(g: &GroupPicture) -> String {
 }
 
 /// Runs `describe`: the text, or why not.
-pub fn describe(args: &DescribeArgs) -> Result<String, String> {
+pub fn describe(args: &DescribeArgs) -> Result<String, DescribeError> {
     let (code, body) = get(&args.addr, &format!("/groups/{}", args.group))?;
     if code != 200 {
-        return Err(format!("{}: {body}", args.addr));
+        return Err(DescribeError::Refused { addr: args.addr.clone(), body });
     }
-    let group: GroupPicture = serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
+    let group: GroupPicture =
+        serde_json::from_str(&body).map_err(|source| DescribeError::NotAGroup { body: body.clone(), source })?;
     Ok(render(&group))
 }

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use regex::Regex;
@@ -43,7 +44,7 @@ pub struct LagConfig {
     pub admin_listen: SocketAddr,
     /// KEDA's external scaler (gRPC); `None`: not served.
     pub scaler_listen: Option<SocketAddr>,
-    pub scaler_tls: Option<crate::scaler::grpc::TlsFiles>,
+    pub scaler_tls: Option<TlsFiles>,
 }
 
 impl LagConfig {
@@ -137,15 +138,22 @@ fn scaler_listen(env: &mut EnvReader) -> Option<SocketAddr> {
     }
 }
 
+/// TLS for the scaler's port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// Clients (KEDA's operator and metrics server) must present a certificate it signed.
+    pub client_ca: Option<PathBuf>,
+}
+
 /// `SCALER_TLS_CERT` and `SCALER_TLS_KEY` (both or neither), `SCALER_TLS_CLIENT_CA`.
-fn scaler_tls(env: &mut EnvReader) -> Option<crate::scaler::grpc::TlsFiles> {
+fn scaler_tls(env: &mut EnvReader) -> Option<TlsFiles> {
     let cert = env.optional::<String>("SCALER_TLS_CERT");
     let key = env.optional::<String>("SCALER_TLS_KEY");
     let client_ca = env.optional::<String>("SCALER_TLS_CLIENT_CA").map(Into::into);
     match (cert, key) {
-        (Some(cert), Some(key)) => {
-            Some(crate::scaler::grpc::TlsFiles { cert: cert.into(), key: key.into(), client_ca })
-        }
+        (Some(cert), Some(key)) => Some(TlsFiles { cert: cert.into(), key: key.into(), client_ca }),
         (None, None) => {
             if client_ca.is_some() {
                 let (a, b) = (env.name("SCALER_TLS_CLIENT_CA"), env.name("SCALER_TLS_CERT"));
@@ -161,27 +169,54 @@ fn scaler_tls(env: &mut EnvReader) -> Option<crate::scaler::grpc::TlsFiles> {
     }
 }
 
+/// An entry of `GROUP_SETTINGS` that cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadGroupSettings {
+    #[error("expected `group: key=value …`, got {0:?}")]
+    Entry(String),
+    #[error("{group}: expected key=value, got {pair:?}")]
+    Pair { group: String, pair: String },
+    #[error("{group}: {key}={value:?} is not a number")]
+    NotANumber { group: String, key: String, value: String },
+    #[error("{group}: read_committed={value:?}")]
+    NotABool { group: String, value: String },
+    #[error("{group}: unknown setting {key:?}")]
+    Unknown { group: String, key: String },
+}
+
 /// `group: key=value key=value; group: …` with keys `stall_after_ms`,
 /// `window_ms`, `warn_time_lag_ms`, `warn_lag`, `read_committed`.
-pub fn parse_group_settings(text: &str, defaults: &GroupSettings) -> Result<BTreeMap<String, GroupSettings>, String> {
+pub fn parse_group_settings(
+    text: &str,
+    defaults: &GroupSettings,
+) -> Result<BTreeMap<String, GroupSettings>, BadGroupSettings> {
     let mut out = BTreeMap::new();
     for entry in text.split(';').map(str::trim).filter(|e| !e.is_empty()) {
-        let (group, pairs) =
-            entry.split_once(':').ok_or_else(|| format!("expected `group: key=value …`, got {entry:?}"))?;
+        let (group, pairs) = entry.split_once(':').ok_or_else(|| BadGroupSettings::Entry(entry.to_string()))?;
         let mut settings = defaults.clone();
         for pair in pairs.split_whitespace() {
-            let (key, value) =
-                pair.split_once('=').ok_or_else(|| format!("{group}: expected key=value, got {pair:?}"))?;
-            let number = || value.parse::<u64>().map_err(|_| format!("{group}: {key}={value:?} is not a number"));
+            let (key, value) = pair
+                .split_once('=')
+                .ok_or_else(|| BadGroupSettings::Pair { group: group.to_string(), pair: pair.to_string() })?;
+            let number = || {
+                value.parse::<u64>().map_err(|_| BadGroupSettings::NotANumber {
+                    group: group.to_string(),
+                    key: key.to_string(),
+                    value: value.to_string(),
+                })
+            };
             match key {
                 "stall_after_ms" => settings.thresholds.stall_after = Duration::from_millis(number()?),
                 "window_ms" => settings.thresholds.window = Duration::from_millis(number()?),
                 "warn_time_lag_ms" => settings.thresholds.warn_time_lag = Some(Duration::from_millis(number()?)),
                 "warn_lag" => settings.thresholds.warn_lag = Some(number()? as i64),
                 "read_committed" => {
-                    settings.read_committed = value.parse().map_err(|_| format!("{group}: read_committed={value:?}"))?
+                    settings.read_committed = value.parse().map_err(|_| BadGroupSettings::NotABool {
+                        group: group.to_string(),
+                        value: value.to_string(),
+                    })?
                 }
-                other => return Err(format!("{group}: unknown setting {other:?}")),
+                other => return Err(BadGroupSettings::Unknown { group: group.to_string(), key: other.to_string() }),
             }
         }
         out.insert(group.trim().to_string(), settings);

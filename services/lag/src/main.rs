@@ -3,7 +3,7 @@
 //! consumers it watches. `sluice-lag describe --group G` prints one group
 //! from a running instance; `sluice-lag check-trigger key=value…` reads a
 //! ScaledObject's trigger metadata as the scaler would; `sluice-lag simulate` replays a trace through the
-//! autoscaling engine. Configuration: `SLUICE_LAG_…` (README and
+//! autoscaling engine. Configuration: `SLUICE_LAG_…` (docs/operating.md and
 //! `sluice_lag::config`); a bad or unknown variable stops it with status 2.
 
 use std::sync::Arc;
@@ -70,12 +70,13 @@ async fn run() -> anyhow::Result<()> {
     let stale_ms = (config.poll_interval * 3 + config.request_timeout).as_millis() as i64;
     let (seen, stale_after) = (Arc::clone(&last_ok), stale_ms);
     let ready: sluice_service::admin::ReadyCheck = Arc::new(move || {
+        use sluice_service::admin::NotReady;
         let at = seen.load(std::sync::atomic::Ordering::SeqCst);
         if at == 0 {
-            return Err("no complete poll yet".into());
+            return Err(NotReady::new("no complete poll yet"));
         }
         let age = sluice_core::clock::now_ms() - at;
-        if age > stale_after { Err(format!("the last complete poll was {age} ms ago")) } else { Ok(()) }
+        if age > stale_after { Err(NotReady::new(format!("the last complete poll was {age} ms ago"))) } else { Ok(()) }
     });
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = async move {
@@ -102,9 +103,8 @@ async fn run() -> anyhow::Result<()> {
             let stopped = async move {
                 let _ = rx.wait_for(|s| *s).await;
             };
-            let (addr, task) = sluice_lag::scaler::grpc::serve(listen, config.scaler_tls.clone(), service, stopped)
-                .await
-                .map_err(anyhow::Error::msg)?;
+            let (addr, task) =
+                sluice_lag::scaler::grpc::serve(listen, config.scaler_tls.clone(), service, stopped).await?;
             tracing::info!(%addr, tls = config.scaler_tls.is_some(), "KEDA external scaler serving");
             Some(task)
         }

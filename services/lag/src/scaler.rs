@@ -49,15 +49,25 @@ pub struct TriggerSpec {
     pub count_uncommitted: bool,
 }
 
-fn number<T: std::str::FromStr>(meta: &HashMap<String, String>, key: &str) -> Result<Option<T>, String> {
-    meta.get(key)
-        .map(|v| v.trim().parse::<T>().map_err(|_| format!("trigger metadata {key}: {v:?} is not a number")))
-        .transpose()
+/// A ScaledObject's trigger metadata that sluice-lag's scaler refuses, naming the key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("trigger metadata {key}: {problem}")]
+pub struct BadMetadata {
+    pub key: String,
+    pub problem: String,
+}
+
+fn bad(key: &str, problem: impl Into<String>) -> BadMetadata {
+    BadMetadata { key: key.to_string(), problem: problem.into() }
+}
+
+fn number<T: std::str::FromStr>(meta: &HashMap<String, String>, key: &str) -> Result<Option<T>, BadMetadata> {
+    meta.get(key).map(|v| v.trim().parse::<T>().map_err(|_| bad(key, format!("{v:?} is not a number")))).transpose()
 }
 
 impl TriggerSpec {
     /// Reads a trigger's metadata; an unknown key or a bad value is an error naming it.
-    pub fn from_metadata(meta: &HashMap<String, String>) -> Result<Self, String> {
+    pub fn from_metadata(meta: &HashMap<String, String>) -> Result<Self, BadMetadata> {
         const KNOWN: [&str; 14] = [
             "group",
             "trigger",
@@ -75,33 +85,33 @@ impl TriggerSpec {
             "unsafeSsl",
         ];
         if let Some(unknown) = meta.keys().filter(|k| !KNOWN.contains(&k.as_str())).min() {
-            return Err(format!("trigger metadata {unknown}: not a setting of sluice-lag's scaler"));
+            return Err(bad(unknown, "not a setting of sluice-lag's scaler"));
         }
-        let group = meta.get("group").filter(|g| !g.is_empty()).ok_or("trigger metadata group: required")?.clone();
-        let target = || -> Result<f64, String> {
+        let group = meta.get("group").filter(|g| !g.is_empty()).ok_or_else(|| bad("group", "required"))?.clone();
+        let target = || -> Result<f64, BadMetadata> {
             let t: f64 =
-                number(meta, "targetSeconds")?.ok_or("trigger metadata targetSeconds: required for this trigger")?;
-            if t > 0.0 { Ok(t) } else { Err(format!("trigger metadata targetSeconds: {t} must be above 0")) }
+                number(meta, "targetSeconds")?.ok_or_else(|| bad("targetSeconds", "required for this trigger"))?;
+            if t > 0.0 { Ok(t) } else { Err(bad("targetSeconds", format!("{t} must be above 0"))) }
         };
         let trigger = match meta.get("trigger").map_or("offsetLag", String::as_str) {
             "offsetLag" => Trigger::OffsetLag { lag_threshold: number(meta, "lagThreshold")?.unwrap_or(1000).max(1) },
             "timeLag" => Trigger::TimeLag { target_seconds: target()? },
             "drainTime" => Trigger::DrainTime { target_seconds: target()? },
-            other => return Err(format!("trigger metadata trigger: {other:?} is not offsetLag, timeLag or drainTime")),
+            other => return Err(bad("trigger", format!("{other:?} is not offsetLag, timeLag or drainTime"))),
         };
         let min_replicas = number(meta, "minReplicas")?.unwrap_or(1);
         let max_replicas: Option<u32> = number(meta, "maxReplicas")?;
         if max_replicas.is_some_and(|m| m < min_replicas.max(1)) {
-            return Err("trigger metadata maxReplicas: below minReplicas".into());
+            return Err(bad("maxReplicas", "below minReplicas"));
         }
         let per_pod_rate = number(meta, "perPodRate")?.unwrap_or(1000.0);
         if per_pod_rate <= 0.0 {
-            return Err("trigger metadata perPodRate: must be above 0".into());
+            return Err(bad("perPodRate", "must be above 0"));
         }
         let count_uncommitted = match meta.get("offsetResetPolicy").map_or("earliest", String::as_str) {
             "earliest" => true,
             "latest" => false,
-            other => return Err(format!("trigger metadata offsetResetPolicy: {other:?} is not earliest or latest")),
+            other => return Err(bad("offsetResetPolicy", format!("{other:?} is not earliest or latest"))),
         };
         Ok(Self {
             group,
@@ -134,10 +144,21 @@ impl TriggerSpec {
     }
 }
 
+/// Why the scaler has no reading of a group: its decision is unknown.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoReading {
+    #[error("the newest complete poll is {age_ms} ms old")]
+    Stale { age_ms: i64 },
+    #[error("group {group:?} is not watched by this sluice-lag")]
+    NotWatched { group: String },
+    #[error("group {group}: {error}")]
+    Unreadable { group: String, error: String },
+}
+
 /// The group's reading as the scaler's input; `Err` when it cannot be read.
-pub fn group_input(g: &GroupPicture, at_ms: i64, count_uncommitted: bool) -> Result<GroupInput, String> {
+pub fn group_input(g: &GroupPicture, at_ms: i64, count_uncommitted: bool) -> Result<GroupInput, NoReading> {
     if let Some(e) = &g.error {
-        return Err(format!("group {}: {e}", g.group));
+        return Err(NoReading::Unreadable { group: g.group.clone(), error: e.clone() });
     }
     let rebalancing = g.state.as_deref().is_some_and(crate::model::group::rebalancing);
     let partitions = g
@@ -236,11 +257,11 @@ impl Scalers {
             return (last.clone(), false);
         }
         let input = if now_ms - picture.at_ms > stale_ms {
-            Err(format!("the newest complete poll is {} ms old", now_ms - picture.at_ms))
+            Err(NoReading::Stale { age_ms: now_ms - picture.at_ms })
         } else {
             match picture.group(&spec.group) {
                 Some(g) => group_input(g, picture.at_ms, spec.count_uncommitted),
-                None => Err(format!("group {:?} is not watched by this sluice-lag", spec.group)),
+                None => Err(NoReading::NotWatched { group: spec.group.clone() }),
             }
         };
         let decision = match input {
@@ -251,7 +272,7 @@ impl Scalers {
                 input.at_ms = picture.at_ms;
                 entry.scaler.decide(&input)
             }
-            Err(reason) => Decision::unknown(picture.at_ms, reason),
+            Err(reason) => Decision::unknown(picture.at_ms, reason.to_string()),
         };
         entry.decided_at = Some(picture.at_ms);
         if entry.decisions.len() == KEPT_DECISIONS {

@@ -7,11 +7,11 @@
 //! policy side by side and the replica steps, and with `--json FILE` writes every second
 //! (`deploy/local/results.sh --sim-plot FILE OUT.png` draws it).
 //!
-//! `simulate hpa-case FILE` replays one conformance case (`conformance/hpa/testdata/`) and
-//! prints its sync timeline as JSON, which `conformance/hpa` compares with Kubernetes' own
+//! `simulate hpa-case FILE` replays one conformance case (`services/scaling/conformance/hpa/testdata/`) and
+//! prints its sync timeline as JSON, which `services/scaling/conformance/hpa` compares with Kubernetes' own
 //! controller on the same case. `simulate keda-kafka FILE` runs KEDA's kafka trigger
 //! arithmetic on recorded offsets (`{"trigger": {…}, "polls": [[{committed, earliest,
-//! latest}, …], …]}`) and prints each poll's metric, which `conformance/keda` compares with
+//! latest}, …], …]}`) and prints each poll's metric, which `services/scaling/conformance/keda` compares with
 //! KEDA's own scaler on the same offsets.
 
 use clap::Parser;
@@ -19,8 +19,40 @@ use serde::Deserialize;
 use sluice_scaling::case::{HpaCase, replay};
 use sluice_scaling::keda::{KafkaScaler, KafkaTrigger, PartitionOffsets};
 use sluice_scaling::sim::{self, Model, Sample, Summary};
-use sluice_scaling::trace::Trace;
-use sluice_scaling::values::{merge, parse_yaml, policy};
+use sluice_scaling::trace::{BadTrace, Trace};
+use sluice_scaling::values::{ValuesError, merge, parse_yaml, policy};
+
+/// Why a simulation did not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SimulateError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Json {
+        path: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("writing {path}: {source}")]
+    Write {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Bad arguments (or `--help`: clap's text).
+    #[error("{0}")]
+    Args(#[from] clap::Error),
+    #[error(transparent)]
+    Values(#[from] ValuesError),
+    #[error(transparent)]
+    Trace(#[from] BadTrace),
+    #[error("{0}")]
+    Invalid(&'static str),
+}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -29,29 +61,30 @@ struct KedaKafkaCase {
     polls: Vec<Vec<PartitionOffsets>>,
 }
 
-fn read<T: serde::de::DeserializeOwned>(path: &str) -> Result<T, String> {
-    serde_json::from_str(&text(path)?).map_err(|e| format!("{path}: {e}"))
+fn read<T: serde::de::DeserializeOwned>(path: &str) -> Result<T, SimulateError> {
+    serde_json::from_str(&text(path)?).map_err(|source| SimulateError::Json { path: path.to_string(), source })
+}
+
+fn json(value: &impl serde::Serialize) -> Result<String, SimulateError> {
+    serde_json::to_string_pretty(value).map_err(|source| SimulateError::Json { path: "stdout".into(), source })
 }
 
 /// Runs `simulate ARGS…` and returns what to print.
-pub fn run(args: &[String]) -> Result<String, String> {
+pub fn run(args: &[String]) -> Result<String, SimulateError> {
     match args {
         [kind, path] if kind == "hpa-case" => {
             let case: HpaCase = read(path)?;
-            serde_json::to_string_pretty(&replay(&case)).map_err(|e| e.to_string())
+            json(&replay(&case))
         }
         [kind, path] if kind == "keda-kafka" => {
             let case: KedaKafkaCase = read(path)?;
             let mut scaler = KafkaScaler::new(case.trigger);
             let metrics: Vec<_> = case.polls.iter().map(|p| scaler.poll(p)).collect();
-            serde_json::to_string_pretty(&metrics).map_err(|e| e.to_string())
+            json(&metrics)
         }
-        _ => policies(
-            &SimulateArgs::try_parse_from(
-                std::iter::once("sluice-lag simulate".to_string()).chain(args.iter().cloned()),
-            )
-            .map_err(|e| e.to_string())?,
-        ),
+        _ => policies(&SimulateArgs::try_parse_from(
+            std::iter::once("sluice-lag simulate".to_string()).chain(args.iter().cloned()),
+        )?),
     }
 }
 
@@ -101,12 +134,12 @@ pub struct SimulateArgs {
     pub json: Option<String>,
 }
 
-fn text(path: &str) -> Result<String, String> {
-    std::fs::read_to_string(path).map_err(|e| format!("reading {path}: {e}"))
+fn text(path: &str) -> Result<String, SimulateError> {
+    std::fs::read_to_string(path).map_err(|source| SimulateError::Read { path: path.to_string(), source })
 }
 
 /// Runs every policy on the trace and prints the comparison.
-fn policies(args: &SimulateArgs) -> Result<String, String> {
+fn policies(args: &SimulateArgs) -> Result<String, SimulateError> {
     let mut base = parse_yaml(&args.values[0], &text(&args.values[0])?)?;
     for file in &args.values[1..] {
         merge(&mut base, parse_yaml(file, &text(file)?)?);
@@ -117,9 +150,9 @@ fn policies(args: &SimulateArgs) -> Result<String, String> {
         merge(&mut v, parse_yaml(file, &text(file)?)?);
         named.push((file.clone(), v));
     }
-    let mut trace = Trace::parse(&args.trace, text)?;
+    let mut trace = Trace::parse(&args.trace, |path| std::fs::read_to_string(path))?;
     if !(args.stretch > 0.0 && args.rate_factor > 0.0) {
-        return Err("--stretch and --rate-factor must be above 0".into());
+        return Err(SimulateError::Invalid("--stretch and --rate-factor must be above 0"));
     }
     if args.stretch != 1.0 || args.rate_factor != 1.0 {
         trace = trace.scaled(args.stretch, args.rate_factor);
@@ -132,7 +165,9 @@ fn policies(args: &SimulateArgs) -> Result<String, String> {
             None => base
                 .pointer("/processor/autoscaling/podStartupSeconds")
                 .and_then(serde_json::Value::as_f64)
-                .ok_or("the values have no processor.autoscaling.podStartupSeconds: give --startup")?,
+                .ok_or(SimulateError::Invalid(
+                    "the values have no processor.autoscaling.podStartupSeconds: give --startup",
+                ))?,
         },
         lag_poll_s: 5.0,
         sync_s: 15.0,
@@ -152,7 +187,7 @@ fn policies(args: &SimulateArgs) -> Result<String, String> {
             "columns": ["t_s", "produce_rate", "consume_rate", "lag", "time_lag_s", "desired", "ready", "paused"],
             "runs": runs.iter().map(|(s, samples)| serde_json::json!({"summary": s, "samples": samples.iter().map(row).collect::<Vec<_>>()})).collect::<Vec<_>>(),
         });
-        std::fs::write(path, out.to_string()).map_err(|e| format!("writing {path}: {e}"))?;
+        std::fs::write(path, out.to_string()).map_err(|source| SimulateError::Write { path: path.clone(), source })?;
     }
     Ok(report(&trace, &model, &runs))
 }

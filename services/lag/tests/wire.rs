@@ -15,11 +15,16 @@ use sluice_lag::wire::{Cluster, Tp};
 
 const PARTITIONS: i32 = 3;
 const PER_PARTITION: i64 = 40;
-/// Record `i` of partition `p` has timestamp BASE + p·10⁶ + i·1000.
-const BASE: i64 = 1_700_000_000_000;
+/// Record `i` of partition `p` has timestamp BASE + p·10⁶ + i·1000, BASE an hour before the
+/// test started: inside the stack's 24 h retention (a fixed date years back let the broker's
+/// retention check delete partition 0's records when it ran mid-test: earliest read 40).
+static BASE: std::sync::LazyLock<i64> = std::sync::LazyLock::new(|| {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis();
+    i64::try_from(now).expect("ms") / 1000 * 1000 - 3_600_000
+});
 
 fn stamp(partition: i32, index: i64) -> i64 {
-    BASE + i64::from(partition) * 1_000_000 + index * 1000
+    *BASE + i64::from(partition) * 1_000_000 + index * 1000
 }
 
 async fn produce(topic: &str) {

@@ -32,8 +32,7 @@ fn main() -> anyhow::Result<()> {
     let result = tokio.block_on(async move {
         let runtime = Runtime::new(runtime_config, "dex").context("starting the runtime")?;
         let expect = runtime.recorded_generation().await.context("reading the group's committed offsets")?;
-        let handler =
-            DexHandler::new(dex_config, &redis_config, runtime.metrics(), expect).map_err(anyhow::Error::msg)?;
+        let handler = DexHandler::new(dex_config, &redis_config, runtime.metrics(), expect)?;
         runtime.run(handler, signal::shutdown(), |_| {}).await.context("processor")
     });
     // Tasks still retrying past the deadline must not hold the process.

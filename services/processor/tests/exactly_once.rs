@@ -47,10 +47,41 @@ async fn kills_and_rebalances_leave_no_duplicate_output() {
     s.wait_committed(TRANSACTIONS, 0.7, Duration::from_secs(300)).await;
     c.terminate();
     let fed = feeding.await.expect("feed task");
+    jepsen::wait_drained(&s, fed.records, Duration::from_secs(300)).await;
+    committed_offsets_follow_the_transactions(&s, &[&a3, &b2]).await;
     let report = finish(&s, &fed, vec![a3, b2]).await;
     assert_eq!(report.duplicate_swap_records, 0, "dex.swaps holds duplicates under exactly-once");
     assert_eq!(report.duplicate_dead_letters, 0, "the dead-letter topic holds duplicates under exactly-once");
     assert!(report.dead_letters > 0, "the chain's malformed transactions reached the dead-letter topic");
+}
+
+/// `sluice_processor_committed_offset` in this mode: the offsets go through the transactions,
+/// not the consumer's own commits, and the series must follow them. Once the group has
+/// committed everything, the owners' series, summed, are the group's committed offsets.
+async fn committed_offsets_follow_the_transactions(s: &Scenario, owners: &[&jepsen::Processor]) {
+    let (committed, _) = tokio::task::block_in_place(|| s.progress());
+    let reported = || -> f64 {
+        owners
+            .iter()
+            .map(|p| {
+                sluice_testkit::metric(
+                    &jepsen::admin_body(p.admin_port, "/metrics"),
+                    "sluice_processor_committed_offset",
+                    "",
+                )
+            })
+            .sum()
+    };
+    // A transaction commits every 100 ms; allow a few.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while reported() != committed as f64 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        reported(),
+        committed as f64,
+        "the owners' sluice_processor_committed_offset, summed, against the group's committed offsets"
+    );
 }
 
 /// A member paused past its session timeout is a zombie: the group gives

@@ -17,7 +17,7 @@
 //! ```
 
 use sluice_runtime::sink::{RedisConfig, RedisSink, StateStore};
-use sluice_runtime::{HandleError, Handled, Handler, Record, Runtime, RuntimeConfig};
+use sluice_runtime::{HandleError, Handled, Handler, NotReady, Record, Runtime, RuntimeConfig};
 use sluice_service::env::EnvReader;
 
 struct SeenKeys {
@@ -38,7 +38,7 @@ impl Handler for SeenKeys {
     }
 
     /// Not ready while Redis does not answer: no traffic is routed here.
-    fn ready(&self) -> Result<(), String> {
+    fn ready(&self) -> Result<(), NotReady> {
         self.redis.ready()
     }
 

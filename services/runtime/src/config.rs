@@ -8,9 +8,10 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use rdkafka::ClientConfig;
 use sluice_kafka::KafkaConfig;
 use sluice_kafka::topics::{CHAIN_TRANSACTIONS, CHAIN_TRANSACTIONS_DLQ};
-use sluice_service::env::EnvReader;
+use sluice_service::env::{EnvReader, Unexpected};
 
 use crate::retry::RetryPolicy;
 
@@ -25,12 +26,12 @@ pub enum GroupProtocol {
 }
 
 impl std::str::FromStr for GroupProtocol {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = Unexpected;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "classic" => Ok(Self::Classic),
             "consumer" => Ok(Self::Consumer),
-            other => Err(format!("expected classic or consumer, got {other:?}")),
+            other => Err(Unexpected::new("classic or consumer", other)),
         }
     }
 }
@@ -114,7 +115,10 @@ impl RuntimeConfig {
             },
             drain_deadline: env.millis("DRAIN_DEADLINE_MS", Duration::from_secs(10)),
             shutdown_deadline: env.millis("SHUTDOWN_DEADLINE_MS", Duration::from_secs(25)),
-            session_timeout: env.millis("SESSION_TIMEOUT_MS", Duration::from_secs(45)),
+            // Not Kafka's 45 s: a crashed processor's partitions wait for its session to expire
+            // (42–45 s on real pods at 45 s, 13 s at 15 s: results/README.md, "A killed
+            // processor's partitions"); heartbeats come every 3 s from librdkafka's own thread.
+            session_timeout: env.millis("SESSION_TIMEOUT_MS", Duration::from_secs(15)),
             max_poll_interval: env.millis("MAX_POLL_INTERVAL_MS", Duration::from_secs(300)),
             commit_interval: env.millis("COMMIT_INTERVAL_MS", Duration::from_secs(1)),
             admin_listen: env.or("ADMIN_LISTEN", SocketAddr::from(([0, 0, 0, 0], 9090))),
@@ -181,6 +185,52 @@ impl RuntimeConfig {
         for p in problems {
             env.problem(p);
         }
+    }
+
+    /// The consumer's librdkafka configuration (public so a benchmark's bare
+    /// consumer runs with exactly the same settings).
+    pub fn consumer_client(&self) -> ClientConfig {
+        let mut c = self.kafka.client();
+        c.set("group.id", &self.group_id)
+            // The consumer thread commits the tracked positions itself, every
+            // commit interval and synchronously on revoke and shutdown: one
+            // place decides what is committed, and every commit is observed.
+            .set("enable.auto.commit", "false")
+            // The runtime stores an offset only when every record below it is done.
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("enable.partition.eof", "false")
+            .set("max.poll.interval.ms", self.max_poll_interval.as_millis().to_string())
+            // Prefetch is bounded: the per-partition budget does the rest.
+            .set("queued.max.messages.kbytes", "16384")
+            .set("fetch.queue.backoff.ms", "100")
+            // A fetch waits for 256 KiB or 20 ms instead of answering every small
+            // append (librdkafka's 1 byte): measured at 43k records/s (stress,
+            // Kafka mode, results/README.md) it cut fetch requests from 910/s
+            // to 96/s, the processor's and the broker's CPU per record by 22% and
+            // 14%, and p99 from 118 ms to 32 ms (the broker's CPU no longer
+            // spent on fetches), for p50 +5 ms. At low rates a record waits at
+            // most the 20 ms.
+            .set("fetch.min.bytes", "262144")
+            .set("fetch.wait.max.ms", "20")
+            // Feeds the high-watermark and lag gauges (see `ClientContext::stats`).
+            .set("statistics.interval.ms", "5000");
+        match self.group_protocol {
+            GroupProtocol::Classic => {
+                c.set("partition.assignment.strategy", "cooperative-sticky")
+                    .set("session.timeout.ms", self.session_timeout.as_millis().to_string());
+            }
+            GroupProtocol::Consumer => {
+                c.set("group.protocol", "consumer");
+            }
+        }
+        if let Some(id) = &self.instance_id {
+            c.set("group.instance.id", id);
+        }
+        for (k, v) in &self.kafka.properties {
+            c.set(k, v);
+        }
+        c
     }
 }
 

@@ -17,16 +17,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use rdkafka::ClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::Message;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
-use rdkafka::{ClientConfig, ClientContext};
 
-use crate::config::{GroupProtocol, RuntimeConfig};
+use crate::config::RuntimeConfig;
 use crate::handler::{Handler, Record};
 use crate::health::Health;
-use crate::metrics::RuntimeMetrics;
+use crate::metrics::{CommitResult, RebalanceKind, RuntimeMetrics};
 use crate::recorded;
 use crate::txn::{EpochRef, Transactions};
 use crate::worker::{Shared, Worker, WorkerHandle, WorkerMsg};
@@ -100,8 +100,14 @@ impl<H: Handler> ClientContext for Ctx<H> {
             }
             let labels = [&*self.topic, &p.to_string()];
             self.metrics.high_watermark.with_label_values(&labels).set(stats.hi_offset);
+            // With exactly-once outputs the offsets are committed by the transactions, which
+            // set the series themselves: librdkafka's figure stays at the assignment's, so it
+            // only starts a series no transaction has set yet.
             if stats.committed_offset >= 0 {
-                self.metrics.committed_offset.with_label_values(&labels).set(stats.committed_offset);
+                let gauge = self.metrics.committed_offset.with_label_values(&labels);
+                if self.shared.txn.is_none() || gauge.get() == 0 {
+                    gauge.set(stats.committed_offset);
+                }
             }
         }
     }
@@ -112,7 +118,7 @@ impl<H: Handler> ConsumerContext for Ctx<H> {
         match rebalance {
             Rebalance::Assign(tpl) => {
                 let partitions: Vec<i32> = tpl.elements_for_topic(&self.topic).iter().map(|e| e.partition()).collect();
-                self.metrics.rebalances.with_label_values(&["assign"]).inc();
+                self.metrics.rebalances.with_label_values(&[RebalanceKind::Assign.as_str()]).inc();
                 tracing::info!(?partitions, "Partitions assigned");
                 let mut workers = self.lock_workers();
                 for p in partitions {
@@ -135,7 +141,7 @@ impl<H: Handler> ConsumerContext for Ctx<H> {
             Rebalance::Revoke(tpl) => {
                 let partitions: Vec<i32> = tpl.elements_for_topic(&self.topic).iter().map(|e| e.partition()).collect();
                 if consumer.assignment_lost() {
-                    self.metrics.rebalances.with_label_values(&["lost"]).inc();
+                    self.metrics.rebalances.with_label_values(&[RebalanceKind::Lost.as_str()]).inc();
                     tracing::warn!(?partitions, "Partitions lost; dropping their work uncommitted");
                     self.forget_sent(&partitions);
                     let mut workers = self.lock_workers();
@@ -146,7 +152,7 @@ impl<H: Handler> ConsumerContext for Ctx<H> {
                     }
                     self.set_assigned(workers.len());
                 } else {
-                    self.metrics.rebalances.with_label_values(&["revoke"]).inc();
+                    self.metrics.rebalances.with_label_values(&[RebalanceKind::Revoke.as_str()]).inc();
                     tracing::info!(?partitions, "Partitions revoked; draining");
                     let drained = self.drain(&partitions, self.drain_deadline);
                     self.commit_drained(consumer, drained);
@@ -155,7 +161,7 @@ impl<H: Handler> ConsumerContext for Ctx<H> {
                 self.forget_offset_metrics(&partitions);
             }
             Rebalance::Error(e) => {
-                self.metrics.rebalances.with_label_values(&["error"]).inc();
+                self.metrics.rebalances.with_label_values(&[RebalanceKind::Error.as_str()]).inc();
                 tracing::error!(error = %e, "Rebalance error");
             }
         }
@@ -298,10 +304,10 @@ impl<H: Handler> Ctx<H> {
         match result {
             Ok(()) => {
                 self.metrics.commit_seconds.observe(started.elapsed().as_secs_f64());
-                self.metrics.commits.with_label_values(&["ok"]).inc();
+                self.metrics.commits.with_label_values(&[CommitResult::Ok.as_str()]).inc();
             }
             Err(e) => {
-                self.metrics.commits.with_label_values(&["transaction_failed"]).inc();
+                self.metrics.commits.with_label_values(&[CommitResult::TransactionFailed.as_str()]).inc();
                 tracing::error!(error = %e, "The revoked partitions' transaction did not end");
             }
         }
@@ -331,7 +337,7 @@ impl<H: Handler> Ctx<H> {
         match result {
             Ok(()) => {
                 self.metrics.commit_seconds.observe(started.elapsed().as_secs_f64());
-                self.metrics.commits.with_label_values(&["ok"]).inc();
+                self.metrics.commits.with_label_values(&[CommitResult::Ok.as_str()]).inc();
                 for e in tpl.elements() {
                     if let Offset::Offset(o) = e.offset() {
                         self.metrics
@@ -348,52 +354,6 @@ impl<H: Handler> Ctx<H> {
             }
         }
     }
-}
-
-/// The consumer's librdkafka configuration (public so a benchmark's bare
-/// consumer runs with exactly the same settings).
-pub fn client_config(config: &RuntimeConfig) -> ClientConfig {
-    let mut c = config.kafka.client();
-    c.set("group.id", &config.group_id)
-        // The consumer thread commits the tracked positions itself, every
-        // commit interval and synchronously on revoke and shutdown: one
-        // place decides what is committed, and every commit is observed.
-        .set("enable.auto.commit", "false")
-        // The runtime stores an offset only when every record below it is done.
-        .set("enable.auto.offset.store", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("enable.partition.eof", "false")
-        .set("max.poll.interval.ms", config.max_poll_interval.as_millis().to_string())
-        // Prefetch is bounded: the per-partition budget does the rest.
-        .set("queued.max.messages.kbytes", "16384")
-        .set("fetch.queue.backoff.ms", "100")
-        // A fetch waits for 256 KiB or 20 ms instead of answering every small
-        // append (librdkafka's 1 byte): measured at 43k records/s (stress,
-        // Kafka mode, results/README.md) it cut fetch requests from 910/s
-        // to 96/s, the processor's and the broker's CPU per record by 22% and
-        // 14%, and p99 from 118 ms to 32 ms (the broker's CPU no longer
-        // spent on fetches), for p50 +5 ms. At low rates a record waits at
-        // most the 20 ms.
-        .set("fetch.min.bytes", "262144")
-        .set("fetch.wait.max.ms", "20")
-        // Feeds the high-watermark and lag gauges (see `ClientContext::stats`).
-        .set("statistics.interval.ms", "5000");
-    match config.group_protocol {
-        GroupProtocol::Classic => {
-            c.set("partition.assignment.strategy", "cooperative-sticky")
-                .set("session.timeout.ms", config.session_timeout.as_millis().to_string());
-        }
-        GroupProtocol::Consumer => {
-            c.set("group.protocol", "consumer");
-        }
-    }
-    if let Some(id) = &config.instance_id {
-        c.set("group.instance.id", id);
-    }
-    for (k, v) in &config.kafka.properties {
-        c.set(k, v);
-    }
-    c
 }
 
 /// What a drain leaves: the partitions' final positions and their epochs.
@@ -429,7 +389,7 @@ pub(crate) fn start<H: Handler>(
         health,
         recorded,
     };
-    let consumer: BaseConsumer<Ctx<H>> = client_config(config).create_with_context(ctx)?;
+    let consumer: BaseConsumer<Ctx<H>> = config.consumer_client().create_with_context(ctx)?;
     consumer.subscribe(&[&config.input_topic])?;
     let stop = Arc::new(AtomicBool::new(false));
     let (drain, commit_interval) = (config.drain_deadline, config.commit_interval);
@@ -603,7 +563,7 @@ fn commit_pending<H: Handler>(consumer: &BaseConsumer<Ctx<H>>, all: bool) {
     }
     ctx.stamp(&tpl);
     match consumer.commit(&tpl, CommitMode::Async) {
-        Ok(()) => ctx.metrics.commits.with_label_values(&["sent"]).inc(),
+        Ok(()) => ctx.metrics.commits.with_label_values(&[CommitResult::Sent.as_str()]).inc(),
         Err(e) => {
             let code = e.rdkafka_error_code().map_or_else(|| "unknown".to_string(), |c| format!("{c:?}"));
             ctx.metrics.commits.with_label_values(&[&code]).inc();

@@ -1,5 +1,6 @@
 //! The contract between the runtime and a workload.
 
+pub use sluice_service::admin::NotReady;
 use std::sync::Arc;
 
 /// One consumed record, owned.
@@ -115,7 +116,7 @@ pub trait Handler: Send + Sync + 'static {
     }
 
     /// Readiness of the handler's own dependencies (e.g. Redis answers).
-    fn ready(&self) -> Result<(), String> {
+    fn ready(&self) -> Result<(), NotReady> {
         Ok(())
     }
 

@@ -46,6 +46,6 @@ mod txn;
 mod worker;
 
 pub use config::RuntimeConfig;
-pub use handler::{Batching, HandleError, Handled, Handler, Publish, Record};
+pub use handler::{Batching, HandleError, Handled, Handler, NotReady, Publish, Record};
 pub use metrics::RuntimeMetrics;
 pub use run::{Runtime, RuntimeHandle};

@@ -4,9 +4,9 @@
 //! cardinality (topic, partition, outcome, kind, sink): never a key. Every
 //! series carries `workload` and `consumergroup`, constant per process.
 
-use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-};
+use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
+use sluice_service::label;
+use sluice_service::metrics::Registrar;
 
 /// The runtime's metrics. Cloning shares the underlying series.
 #[derive(Debug, Clone)]
@@ -37,11 +37,28 @@ pub struct RuntimeMetrics {
     pub transaction_seconds: Histogram,
 }
 
-const PREFIX: &str = "sluice_processor";
-
-fn name(thing: &str) -> String {
-    format!("{PREFIX}_{thing}")
+label! {
+    /// `rebalances_total{kind}`.
+    RebalanceKind { Assign => "assign", Revoke => "revoke", Lost => "lost", Error => "error" }
 }
+
+label! {
+    /// `transactions_total{outcome}`: how an exactly-once transaction ended.
+    TxnOutcome { Committed => "committed", Aborted => "aborted" }
+}
+
+label! {
+    /// `sink_*{sink}`: where outputs go.
+    Sink { Kafka => "kafka", Redis => "redis" }
+}
+
+label! {
+    /// `commits_total{result}` besides librdkafka's error codes: a periodic commit sent, a
+    /// synchronous one done, or one refused because the transactions failed.
+    CommitResult { Sent => "sent", Ok => "ok", TransactionFailed => "transaction_failed" }
+}
+
+const PREFIX: &str = "sluice_processor";
 
 impl RuntimeMetrics {
     /// Creates and registers every metric in a fresh registry whose series
@@ -51,137 +68,109 @@ impl RuntimeMetrics {
         let labels = [("workload", workload), ("consumergroup", group)];
         let labels = labels.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let registry = Registry::new_custom(None, Some(labels)).expect("constant label names are valid");
-        macro_rules! reg {
-            ($metric:expr) => {{
-                let m = $metric.expect("metric definition is valid");
-                registry.register(Box::new(m.clone())).expect("metric names are unique");
-                m
-            }};
-        }
-        let latency = vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
-        let e2e = vec![0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
-        let batch = vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
+        let latency = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+        let e2e = [0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
+        let batch = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
+        let r = Registrar::new(&registry, PREFIX);
         let metrics = Self {
-            messages: reg!(IntCounterVec::new(
-                Opts::new(name("messages_total"), "Records finished, by outcome"),
-                &["outcome"]
-            )),
-            handle_seconds: reg!(Histogram::with_opts(
-                HistogramOpts::new(name("handle_duration_seconds"), "Time from a record's permit to its completion")
-                    .buckets(latency.clone())
-            )),
-            end_to_end_seconds: reg!(Histogram::with_opts(
-                HistogramOpts::new(
-                    name("end_to_end_latency_seconds"),
-                    "Time from a record's event time to its completion"
-                )
-                .buckets(e2e)
-            )),
-            in_flight: reg!(IntGaugeVec::new(
-                Opts::new(name("in_flight_records"), "Records received and not complete, per partition"),
-                &["partition"]
-            )),
-            committed_offset: reg!(IntGaugeVec::new(
-                Opts::new(
-                    name("committed_offset"),
-                    "The owner's view: last offset it committed, per partition it owns (librdkafka statistics, \
-                     every 5 s; gone on revoke). The group's lag is sluice-lag's kafka_consumergroup_lag"
-                ),
-                &["topic", "partition"]
-            )),
-            high_watermark: reg!(IntGaugeVec::new(
-                Opts::new(
-                    name("high_watermark_offset"),
-                    "The owner's view: high watermark per partition it owns (librdkafka statistics, every 5 s)"
-                ),
-                &["topic", "partition"]
-            )),
-            paused: reg!(IntGaugeVec::new(
-                Opts::new(name("partition_paused"), "1 while a partition is paused (budget full or stalled)"),
-                &["partition"]
-            )),
-            commits: reg!(IntCounterVec::new(
-                Opts::new(
-                    name("commits_total"),
-                    "Offset commits: periodic ones sent (sent), synchronous ones (ok or the error code)"
-                ),
-                &["result"]
-            )),
-            commit_seconds: reg!(Histogram::with_opts(
-                HistogramOpts::new(name("commit_duration_seconds"), "Synchronous commits (revoke, shutdown)")
-                    .buckets(latency.clone())
-            )),
-            sink_seconds: reg!(HistogramVec::new(
-                HistogramOpts::new(name("sink_duration_seconds"), "Sink round trip, by sink").buckets(latency),
-                &["sink"]
-            )),
-            sink_batch_size: reg!(HistogramVec::new(
-                HistogramOpts::new(name("sink_batch_size"), "Commands per sink round trip").buckets(batch),
-                &["sink"]
-            )),
-            sink_round_trips: reg!(IntCounterVec::new(
-                Opts::new(name("sink_round_trips_total"), "Sink round trips, by sink"),
-                &["sink"]
-            )),
-            produce_requests: reg!(IntCounter::new(
-                name("produce_requests_total"),
-                "Produce requests the shared producer sent (librdkafka statistics, every 5 s)"
-            )),
-            produced_records: reg!(IntCounter::new(
-                name("produced_records_total"),
-                "Records those produce requests carried; ÷ produce_requests_total is the batching"
-            )),
-            dead_letters: reg!(IntCounterVec::new(
-                Opts::new(name("dead_letters_total"), "Records written to the dead-letter topic, by error kind"),
-                &["kind"]
-            )),
-            retries: reg!(IntCounterVec::new(
-                Opts::new(name("retries_total"), "Retries after transient failures, by dependency"),
-                &["dependency"]
-            )),
-            stalled: reg!(IntGauge::new(name("stalled_records"), "Records past the retry cap, still retrying")),
-            rebalances: reg!(IntCounterVec::new(
-                Opts::new(name("rebalances_total"), "Rebalance events, by kind (assign, revoke, lost, error)"),
-                &["kind"]
-            )),
-            assigned: reg!(IntGauge::new(name("assigned_partitions"), "Partitions currently assigned")),
-            dropped_completions: reg!(IntCounter::new(
-                name("dropped_completions_total"),
-                "Completions from a revoked assignment, dropped uncommitted"
-            )),
-            state_store_replaced: reg!(IntGauge::new(
-                name("state_store_replaced"),
-                "1 while Redis is not the store the state was written to (reset or replaced): writes stop"
-            )),
-            transactions: reg!(IntCounterVec::new(
-                Opts::new(
-                    name("transactions_total"),
-                    "Exactly-once mode: Kafka transactions ended, by outcome (committed, aborted)"
-                ),
-                &["outcome"]
-            )),
-            transaction_seconds: reg!(Histogram::with_opts(
-                HistogramOpts::new(
-                    name("transaction_end_duration_seconds"),
-                    "Exactly-once mode: how long ending a transaction took (outputs wait meanwhile)"
-                )
-                .buckets(vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0])
-            )),
+            messages: r.counters("messages_total", "Records finished, by outcome", &["outcome"]),
+            handle_seconds: r.histogram(
+                "handle_duration_seconds",
+                "Time from a record's permit to its completion",
+                &latency,
+            ),
+            end_to_end_seconds: r.histogram(
+                "end_to_end_latency_seconds",
+                "Time from a record's event time to its completion",
+                &e2e,
+            ),
+            in_flight: r.gauges(
+                "in_flight_records",
+                "Records received and not complete, per partition",
+                &["partition"],
+            ),
+            committed_offset: r.gauges(
+                "committed_offset",
+                "The owner's view: last offset it committed, per partition it owns (librdkafka statistics, \
+                     every 5 s; with exactly-once outputs, each transaction's offsets; gone on revoke). The \
+                     group's lag is sluice-lag's kafka_consumergroup_lag",
+                &["topic", "partition"],
+            ),
+            high_watermark: r.gauges(
+                "high_watermark_offset",
+                "The owner's view: high watermark per partition it owns (librdkafka statistics, every 5 s)",
+                &["topic", "partition"],
+            ),
+            paused: r.gauges(
+                "partition_paused",
+                "1 while a partition is paused (budget full or stalled)",
+                &["partition"],
+            ),
+            commits: r.counters(
+                "commits_total",
+                "Offset commits: periodic ones sent (sent), synchronous ones (ok or the error code)",
+                &["result"],
+            ),
+            commit_seconds: r.histogram("commit_duration_seconds", "Synchronous commits (revoke, shutdown)", &latency),
+            sink_seconds: r.histograms("sink_duration_seconds", "Sink round trip, by sink", &["sink"], &latency),
+            sink_batch_size: r.histograms("sink_batch_size", "Commands per sink round trip", &["sink"], &batch),
+            sink_round_trips: r.counters("sink_round_trips_total", "Sink round trips, by sink", &["sink"]),
+            produce_requests: r.counter(
+                "produce_requests_total",
+                "Produce requests the shared producer sent (librdkafka statistics, every 5 s)",
+            ),
+            produced_records: r.counter(
+                "produced_records_total",
+                "Records those produce requests carried; ÷ produce_requests_total is the batching",
+            ),
+            dead_letters: r.counters(
+                "dead_letters_total",
+                "Records written to the dead-letter topic, by error kind",
+                &["kind"],
+            ),
+            retries: r.counters("retries_total", "Retries after transient failures, by dependency", &["dependency"]),
+            stalled: r.gauge("stalled_records", "Records past the retry cap, still retrying"),
+            rebalances: r.counters(
+                "rebalances_total",
+                "Rebalance events, by kind (assign, revoke, lost, error)",
+                &["kind"],
+            ),
+            assigned: r.gauge("assigned_partitions", "Partitions currently assigned"),
+            dropped_completions: r
+                .counter("dropped_completions_total", "Completions from a revoked assignment, dropped uncommitted"),
+            state_store_replaced: r.gauge(
+                "state_store_replaced",
+                "1 while Redis is not the store the state was written to (reset or replaced): writes stop",
+            ),
+            transactions: r.counters(
+                "transactions_total",
+                "Exactly-once mode: Kafka transactions ended, by outcome (committed, aborted)",
+                &["outcome"],
+            ),
+            transaction_seconds: r.histogram(
+                "transaction_end_duration_seconds",
+                "Exactly-once mode: how long ending a transaction took (outputs wait meanwhile)",
+                &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0],
+            ),
             registry,
         };
-        // Series an alert or a dashboard reads exist from the start, at zero:
-        // the runtime's own dead-letter kind and the outcomes it records
-        // (a workload's own kinds appear with their first record).
-        metrics.dead_letters.with_label_values(&["handler_panic"]);
+        metrics.start_at_zero();
+        metrics
+    }
+
+    /// Series an alert or a dashboard reads exist from the start, at zero: the runtime's own
+    /// dead-letter kind and the outcomes it records (a workload's own kinds appear with their
+    /// first record).
+    fn start_at_zero(&self) {
+        self.dead_letters.with_label_values(&["handler_panic"]);
         for outcome in ["ok", "dead_lettered"] {
-            metrics.messages.with_label_values(&[outcome]);
+            self.messages.with_label_values(&[outcome]);
         }
         for outcome in ["committed", "aborted"] {
-            metrics.transactions.with_label_values(&[outcome]);
+            self.transactions.with_label_values(&[outcome]);
         }
         for dependency in ["kafka", "handler"] {
-            metrics.retries.with_label_values(&[dependency]);
+            self.retries.with_label_values(&[dependency]);
         }
-        metrics
     }
 }

@@ -21,7 +21,7 @@ use rdkafka::{ClientConfig, ClientContext};
 use sluice_kafka::KafkaConfig;
 use tokio::sync::mpsc;
 
-use crate::metrics::RuntimeMetrics;
+use crate::metrics::{RuntimeMetrics, Sink};
 use crate::sink::SinkError;
 
 /// One record to produce.
@@ -101,7 +101,7 @@ pub fn producer_config(config: &KafkaConfig) -> ClientConfig {
 
 impl KafkaSink {
     pub fn new(config: &KafkaConfig, metrics: RuntimeMetrics) -> Result<Self, KafkaError> {
-        let seconds = metrics.sink_seconds.with_label_values(&["kafka"]);
+        let seconds = metrics.sink_seconds.with_label_values(&[Sink::Kafka.as_str()]);
         let context = Deliveries { metrics, seconds, requests: AtomicI64::new(0), records: AtomicI64::new(0) };
         let producer = producer_config(config).create_with_context(context)?;
         Ok(Self { producer: Arc::new(producer) })

@@ -14,7 +14,6 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use sluice_coord::generation::Expect;
 
 use crate::config::RuntimeConfig;
-use crate::consumer::client_config;
 
 const METADATA_PREFIX: &str = "generation=";
 
@@ -30,7 +29,7 @@ pub(crate) fn stamp(tpl: &TopicPartitionList, generation: &str) {
 /// topic (none before the first commit, after an offset reset, or when the
 /// topic does not exist yet). A consumer that never joins the group asks.
 pub(crate) fn read(config: &RuntimeConfig, timeout: Duration) -> KafkaResult<BTreeSet<String>> {
-    let consumer: BaseConsumer = client_config(config).create()?;
+    let consumer: BaseConsumer = config.consumer_client().create()?;
     let topic = config.input_topic.as_str();
     let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
     let mut tpl = TopicPartitionList::new();

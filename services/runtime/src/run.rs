@@ -236,16 +236,16 @@ async fn stop_transactions(
     txn.failed().map(crate::txn::TxnFailed)
 }
 
-fn readiness<H: Handler>(health: &Health, handler: &H) -> Result<(), String> {
+fn readiness<H: Handler>(health: &Health, handler: &H) -> Result<(), admin::NotReady> {
     if health.shutting_down.load(Ordering::Relaxed) {
-        return Err("shutting down".into());
+        return Err(admin::NotReady::new("shutting down"));
     }
     if health.assigned.load(Ordering::Relaxed) == 0 {
-        return Err("no partitions assigned".into());
+        return Err(admin::NotReady::new("no partitions assigned"));
     }
     let stalled = health.stalled.load(Ordering::Relaxed);
     if stalled > 0 {
-        return Err(format!("{stalled} records past the retry cap"));
+        return Err(admin::NotReady::new(format!("{stalled} records past the retry cap")));
     }
     handler.ready()
 }

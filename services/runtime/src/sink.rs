@@ -12,9 +12,10 @@ use redis::{Cmd, RedisResult, Value};
 use tokio::sync::{Mutex, mpsc, oneshot};
 
 use sluice_coord::generation::Expect;
+use sluice_service::admin::NotReady;
 use sluice_service::env::EnvReader;
 
-use crate::metrics::RuntimeMetrics;
+use crate::metrics::{RuntimeMetrics, Sink};
 use crate::store_guard::StoreGuard;
 
 /// How long a writer with nothing to send waits before it checks the
@@ -123,9 +124,9 @@ impl RedisSink {
                 guard: guard.clone(),
                 scripts: scripts.clone(),
                 max_batch: max_batch.max(1),
-                round_trips: metrics.sink_round_trips.with_label_values(&["redis"]),
-                batch_size: metrics.sink_batch_size.with_label_values(&["redis"]),
-                seconds: metrics.sink_seconds.with_label_values(&["redis"]),
+                round_trips: metrics.sink_round_trips.with_label_values(&[Sink::Redis.as_str()]),
+                batch_size: metrics.sink_batch_size.with_label_values(&[Sink::Redis.as_str()]),
+                seconds: metrics.sink_seconds.with_label_values(&[Sink::Redis.as_str()]),
             };
             tokio::spawn(writer.run());
         }
@@ -167,11 +168,11 @@ impl RedisSink {
 
     /// [`RedisSink::healthy`] and the store's generation as a readiness
     /// answer, for a handler's `ready`.
-    pub fn ready(&self) -> Result<(), String> {
+    pub fn ready(&self) -> Result<(), NotReady> {
         if let Some(lost) = self.guard.lost() {
-            return Err(lost.to_string());
+            return Err(NotReady::new(lost.to_string()));
         }
-        if self.healthy() { Ok(()) } else { Err("redis does not answer".into()) }
+        if self.healthy() { Ok(()) } else { Err(NotReady::new("redis does not answer")) }
     }
 }
 

@@ -94,7 +94,7 @@ impl StoreGuard {
                 tracing::error!(
                     error = %now,
                     "Writes to Redis stop: the records that need them wait uncommitted. Restore the store (work resumes by itself), \
-                     or rebuild its state by resetting the group's offsets to the earliest (README, \"When Redis loses its data\")"
+                     or rebuild its state by resetting the group's offsets to the earliest (docs/deploying.md, \"When Redis loses its data\")"
                 );
                 *lost = Some(now);
             }

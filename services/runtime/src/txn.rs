@@ -35,7 +35,7 @@ use rdkafka::{ClientConfig, ClientContext};
 use tokio::sync::watch;
 
 use crate::config::ExactlyOnce;
-use crate::metrics::RuntimeMetrics;
+use crate::metrics::{RuntimeMetrics, TxnOutcome};
 use crate::output::Output;
 use crate::recorded;
 
@@ -72,6 +72,14 @@ struct State {
     /// The open transaction must abort: it may hold a lost partition's outputs.
     poisoned: bool,
     failed: Option<String>,
+}
+
+impl State {
+    /// Whether `epoch` still owns `partition`: the last epoch to release a
+    /// position there, and not lost.
+    fn owns(&self, partition: i32, epoch: u64) -> bool {
+        self.latest.get(&partition).is_some_and(|(o, _)| o.epoch == epoch && o.alive.load(Ordering::Acquire))
+    }
 }
 
 /// A request to end the open transaction now, with partitions whose epoch
@@ -401,7 +409,8 @@ impl Transactions {
         };
         let result = match ended {
             Ended::Committed => {
-                self.metrics.transactions.with_label_values(&["committed"]).inc();
+                self.metrics.transactions.with_label_values(&[TxnOutcome::Committed.as_str()]).inc();
+                self.committed_offsets(&dirty, ending);
                 self.begin().map(|()| Outcome::Committed)
             }
             Ended::Abort(why) => {
@@ -450,11 +459,26 @@ impl Transactions {
         retained: Vec<Retained>,
         ending: &[i32],
     ) -> Result<Outcome, TxnFailed> {
-        self.metrics.transactions.with_label_values(&["aborted"]).inc();
+        self.metrics.transactions.with_label_values(&[TxnOutcome::Aborted.as_str()]).inc();
         reopened.map(|()| {
             self.send_again(dirty, retained, ending);
             Outcome::Aborted
         })
+    }
+
+    /// `sluice_processor_committed_offset` follows what the transaction
+    /// committed (the consumer commits nothing itself in this mode, so
+    /// librdkafka's statistics never see it move): only partitions still
+    /// owned and not ending with this commit (a revoke drops their series
+    /// right after, or already did when its wait for this commit gave up), so
+    /// a revoked one's series does not come back.
+    fn committed_offsets(&self, dirty: &HashMap<i32, (u64, i64)>, ending: &[i32]) {
+        let state = self.lock();
+        for (p, (epoch, offset)) in dirty {
+            if !ending.contains(p) && state.owns(*p, *epoch) {
+                self.metrics.committed_offset.with_label_values(&[&*self.topic, &p.to_string()]).set(*offset);
+            }
+        }
     }
 
     /// Waits for the deliveries, sends the offsets, commits.
@@ -499,10 +523,7 @@ impl Transactions {
     /// with this transaction (a revoke's final commit).
     fn gone(&self, dirty: &HashMap<i32, (u64, i64)>, retained: &[Retained], ending: &[i32]) -> Option<i32> {
         let state = self.lock();
-        let live = |p: i32, epoch: u64| {
-            ending.contains(&p)
-                || state.latest.get(&p).is_some_and(|(o, _)| o.epoch == epoch && o.alive.load(Ordering::Acquire))
-        };
+        let live = |p: i32, epoch: u64| ending.contains(&p) || state.owns(p, epoch);
         retained
             .iter()
             .map(|r| (r.owner.partition, r.owner.epoch))
@@ -568,8 +589,7 @@ impl Transactions {
         // A lost partition's position must never be committed: the next owner
         // starts from the last one committed and its commits are its own.
         for (p, at) in dirty {
-            let owned = state.latest.get(&p).is_some_and(|(o, _)| o.epoch == at.0 && keep(o));
-            if owned {
+            if !ending.contains(&p) && state.owns(p, at.0) {
                 state.dirty.entry(p).or_insert(at);
             }
         }

@@ -37,6 +37,11 @@ pub enum SelectPolicy {
 
 /// A tolerance as the API takes it (a quantity such as `"0.05"` or `"50m"`), kept as
 /// its decimal so it converts to a float exactly the way the controller does.
+/// A tolerance that is not a decimal quantity.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a tolerance (a decimal such as \"0.05\" or \"50m\")")]
+pub struct BadTolerance(pub String);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tolerance {
     mantissa: i64,
@@ -45,8 +50,8 @@ pub struct Tolerance {
 
 impl Tolerance {
     /// Parses `"0.05"`, `"50m"`, `"0"` or `"1"`.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let bad = || format!("{text:?} is not a tolerance (a decimal such as \"0.05\" or \"50m\")");
+    pub fn parse(text: &str) -> Result<Self, BadTolerance> {
+        let bad = || BadTolerance(text.to_string());
         let (digits, mut exponent) = match text.strip_suffix('m') {
             Some(d) => (d, -3),
             None => (text, 0),

@@ -1,6 +1,6 @@
 //! A conformance case: one HPA (as KEDA creates it for one trigger) and the metric it reads
-//! over time, replayed sync by sync. `conformance/hpa/testdata/*.json` holds the committed
-//! cases; `conformance/hpa` runs Kubernetes' controller on them and `sluice-lag simulate
+//! over time, replayed sync by sync. `services/scaling/conformance/hpa/testdata/*.json` holds the committed
+//! cases; `services/scaling/conformance/hpa` runs Kubernetes' controller on them and `sluice-lag simulate
 //! hpa-case` runs [`replay`], and the two timelines must be identical.
 
 use serde::{Deserialize, Serialize};

@@ -14,7 +14,7 @@
 //! 4. a rescale is recorded as a scale event (with `behavior`).
 //!
 //! Instants are milliseconds on the caller's clock; windows compare strictly, like the
-//! controller's `After`/`Before`. `conformance/hpa` runs the controller itself on committed
+//! controller's `After`/`Before`. `services/scaling/conformance/hpa` runs the controller itself on committed
 //! traces and requires this module's timeline to be identical.
 
 use crate::behavior::{Behavior, Rules, SelectPolicy, down_proposal, up_proposal};

@@ -11,7 +11,7 @@
 //! `ensureEvenDistributionOfPartitions` first rounds it up to a divisor of the partition
 //! count times the threshold. Active when the total (persistent lag included) is above
 //! `activationLagThreshold`. The HPA target is `AverageValue: lagThreshold`.
-//! `conformance/keda` runs KEDA's scaler on a real broker and requires this arithmetic.
+//! `services/scaling/conformance/keda` runs KEDA's scaler on a real broker and requires this arithmetic.
 
 use std::collections::HashMap;
 

@@ -3,7 +3,7 @@
 //!
 //! - [`behavior`]: `spec.behavior` as the API server defaults it, and its policies.
 //! - [`hpa`]: the HPA controller's sync, step by step (checked against the controller itself
-//!   by `conformance/hpa`).
+//!   by `services/scaling/conformance/hpa`).
 //! - [`keda`]: KEDA's `kafka` trigger arithmetic and its operator's activation and fallback.
 //! - [`partitions`]: the replica counts that relieve a pod.
 //! - [`rules`]: Sluice's scaler (offsetLag, timeLag, drainTime and the rules every trigger

@@ -187,7 +187,7 @@ impl Scaler {
         let sums = match sums(input) {
             Ok(s) => s,
             Err(why) => {
-                d.reason = why;
+                d.reason = why.to_string();
                 return d;
             }
         };
@@ -342,14 +342,23 @@ impl Scaler {
     }
 }
 
+/// Why a group's reading cannot be summed: the decision is unknown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+enum Unsummable {
+    #[error("the group reads no partition yet")]
+    NoPartition,
+    #[error("partition {0}'s lag is unknown")]
+    LagUnknown(usize),
+}
+
 /// Sums over the partitions that scaling can help; an unknown partition makes it all unknown.
-fn sums(input: &GroupInput) -> Result<Sums, String> {
+fn sums(input: &GroupInput) -> Result<Sums, Unsummable> {
     if input.partitions.is_empty() {
-        return Err("the group reads no partition yet".into());
+        return Err(Unsummable::NoPartition);
     }
     let mut s = Sums { lag: 0, time_lag_ms: Some(0), produce_rate: Some(0.0), stalled: 0, stalled_lag: 0 };
     for (i, p) in input.partitions.iter().enumerate() {
-        let lag = p.lag.ok_or_else(|| format!("partition {i}'s lag is unknown"))?;
+        let lag = p.lag.ok_or(Unsummable::LagUnknown(i))?;
         if p.stalled {
             s.stalled += 1;
             s.stalled_lag += lag;

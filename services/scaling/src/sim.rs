@@ -1,7 +1,7 @@
 //! A dry run of a policy on a trace: a consumer group modelled second by second, KEDA and
 //! the HPA deciding on what they would read of it, their replicas feeding back into it.
 //!
-//! The model (settings in [`Model`], measured from this system — see the README):
+//! The model (settings in [`Model`], measured from this system — see docs/autoscaling.md):
 //! - the produce rate is the trace's, spread evenly over the partitions;
 //! - each ready pod consumes at most `per_pod_rate` records/s, shared between the partitions
 //!   it holds (round robin, as the cooperative assignor spreads them), a partition never
@@ -17,7 +17,7 @@
 //! The deciders: sluice-lag polls every `lag_poll_s`; Sluice's scaler decides from its
 //! newest poll; KEDA's kafka trigger reads the offsets at each HPA sync; KEDA's operator polls
 //! every `pollingInterval` (activation, scale to zero); the HPA syncs every 15 s
-//! ([`crate::hpa`], the same code `conformance/hpa` holds to Kubernetes' controller).
+//! ([`crate::hpa`], the same code `services/scaling/conformance/hpa` holds to Kubernetes' controller).
 
 use std::collections::VecDeque;
 

@@ -46,45 +46,73 @@ impl Trace {
         self.produce.get(i).copied().unwrap_or(0.0)
     }
 
-    /// Reads `synthetic:…`, `prometheus:FILE` or `demo:FILE`.
-    pub fn parse(spec: &str, read: impl Fn(&str) -> Result<String, String>) -> Result<Self, String> {
+    /// Reads `synthetic:…`, `prometheus:FILE` or `demo:FILE`, the files through `read`.
+    pub fn parse(spec: &str, read: impl Fn(&str) -> std::io::Result<String>) -> Result<Self, BadTrace> {
         let (kind, rest) = spec
             .split_once(':')
-            .ok_or_else(|| format!("{spec:?}: expected synthetic:…, prometheus:FILE or demo:FILE"))?;
+            .ok_or_else(|| BadTrace::Spec(format!("{spec:?}: expected synthetic:…, prometheus:FILE or demo:FILE")))?;
+        let file = |path: &str| read(path).map_err(|source| BadTrace::Read { path: path.to_string(), source });
         match kind {
             "synthetic" => synthetic(rest),
-            "prometheus" => prometheus(rest, &read(rest)?),
-            "demo" => demo(rest, &read(rest)?),
-            other => Err(format!("{other:?}: a trace is synthetic:…, prometheus:FILE or demo:FILE")),
+            "prometheus" => prometheus(rest, &file(rest)?),
+            "demo" => demo(rest, &file(rest)?),
+            other => Err(BadTrace::Spec(format!("{other:?}: a trace is synthetic:…, prometheus:FILE or demo:FILE"))),
         }
     }
 }
 
+/// A trace that cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum BadTrace {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file that is not what its kind says (a query_range response, a sluice-demo report).
+    #[error("{path}: not a {expected}: {source}")]
+    NotJson {
+        path: String,
+        expected: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A specification or a file's content that makes no trace.
+    #[error("{0}")]
+    Spec(String),
+}
+
 /// `PEAK@START+DURATION`.
-fn shape(text: &str) -> Result<(f64, f64, f64), String> {
-    let bad = || format!("{text:?}: expected RATE@START+DURATION");
+fn shape(text: &str) -> Result<(f64, f64, f64), BadTrace> {
+    let bad = || BadTrace::Spec(format!("{text:?}: expected RATE@START+DURATION"));
     let (peak, when) = text.split_once('@').ok_or_else(bad)?;
     let (start, duration) = when.split_once('+').ok_or_else(bad)?;
     let n = |s: &str| s.trim().parse::<f64>().map_err(|_| bad());
     Ok((n(peak)?, n(start)?, n(duration)?))
 }
 
-fn synthetic(spec: &str) -> Result<Trace, String> {
+fn synthetic(spec: &str) -> Result<Trace, BadTrace> {
     let (mut base, mut length) = (1000.0, 1800.0);
     let (mut bursts, mut ramps) = (Vec::new(), Vec::new());
     for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (key, value) = part.split_once('=').ok_or_else(|| format!("{part:?}: expected key=value"))?;
-        let number = || value.parse::<f64>().map_err(|_| format!("{key}={value:?} is not a number"));
+        let (key, value) =
+            part.split_once('=').ok_or_else(|| BadTrace::Spec(format!("{part:?}: expected key=value")))?;
+        let number = || value.parse::<f64>().map_err(|_| BadTrace::Spec(format!("{key}={value:?} is not a number")));
         match key {
             "base" => base = number()?,
             "length" => length = number()?,
             "burst" => bursts.push(shape(value)?),
             "ramp" => ramps.push(shape(value)?),
-            other => return Err(format!("synthetic trace: unknown key {other:?} (base, burst, ramp, length)")),
+            other => {
+                return Err(BadTrace::Spec(format!(
+                    "synthetic trace: unknown key {other:?} (base, burst, ramp, length)"
+                )));
+            }
         }
     }
     if !(length >= 1.0 && base >= 0.0) {
-        return Err("synthetic trace: length must be at least 1 and base at least 0".into());
+        return Err(BadTrace::Spec("synthetic trace: length must be at least 1 and base at least 0".into()));
     }
     let produce = (0..length as usize)
         .map(|t| {
@@ -125,21 +153,29 @@ struct PromSeries {
     values: Vec<(f64, String)>,
 }
 
-fn prometheus(path: &str, text: &str) -> Result<Trace, String> {
-    let r: PromResponse = serde_json::from_str(text).map_err(|e| format!("{path}: not a query_range response: {e}"))?;
+/// A file's JSON as what its kind says it is (`expected`, named in the error).
+fn json<T: serde::de::DeserializeOwned>(path: &str, text: &str, expected: &'static str) -> Result<T, BadTrace> {
+    serde_json::from_str(text).map_err(|source| BadTrace::NotJson { path: path.to_string(), expected, source })
+}
+
+fn prometheus(path: &str, text: &str) -> Result<Trace, BadTrace> {
+    let r: PromResponse = json(path, text, "query_range response")?;
     if r.data.result_type != "matrix" {
-        return Err(format!("{path}: resultType {:?}, expected matrix (a query_range export)", r.data.result_type));
+        return Err(BadTrace::Spec(format!(
+            "{path}: resultType {:?}, expected matrix (a query_range export)",
+            r.data.result_type
+        )));
     }
     let mut sums: std::collections::BTreeMap<i64, f64> = std::collections::BTreeMap::new();
     for series in &r.data.result {
         for (at, value) in &series.values {
-            let v: f64 = value.parse().map_err(|_| format!("{path}: {value:?} is not a number"))?;
+            let v: f64 = value.parse().map_err(|_| BadTrace::Spec(format!("{path}: {value:?} is not a number")))?;
             *sums.entry((at * 1000.0).round() as i64).or_default() += if v.is_finite() { v } else { 0.0 };
         }
     }
     let times: Vec<i64> = sums.keys().copied().collect();
     if times.len() < 2 {
-        return Err(format!("{path}: fewer than two samples"));
+        return Err(BadTrace::Spec(format!("{path}: fewer than two samples")));
     }
     let step_ms = times.windows(2).map(|w| w[1] - w[0]).min().unwrap_or(1000).max(1);
     let produce: Vec<f64> = (0..=((times[times.len() - 1] - times[0]) / step_ms))
@@ -165,10 +201,10 @@ struct DemoSample {
     lag: Option<f64>,
 }
 
-fn demo(path: &str, text: &str) -> Result<Trace, String> {
-    let r: DemoReport = serde_json::from_str(text).map_err(|e| format!("{path}: not a sluice-demo report: {e}"))?;
+fn demo(path: &str, text: &str) -> Result<Trace, BadTrace> {
+    let r: DemoReport = json(path, text, "sluice-demo report")?;
     if r.timeline.len() < 2 {
-        return Err(format!("{path}: fewer than two samples"));
+        return Err(BadTrace::Spec(format!("{path}: fewer than two samples")));
     }
     let mut produce = Vec::new();
     for w in r.timeline.windows(2) {
@@ -187,8 +223,8 @@ fn demo(path: &str, text: &str) -> Result<Trace, String> {
 mod tests {
     use super::*;
 
-    fn no_files(_: &str) -> Result<String, String> {
-        Err("no files here".into())
+    fn no_files(_: &str) -> std::io::Result<String> {
+        Err(std::io::Error::other("no files here"))
     }
 
     #[test]

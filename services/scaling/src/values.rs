@@ -69,10 +69,40 @@ pub fn merge(base: &mut Value, over: Value) {
     }
 }
 
+/// Values that cannot be read as a policy, naming the file (or the policy's name).
+#[derive(Debug, thiserror::Error)]
+pub enum ValuesError {
+    #[error("{name}: {source}")]
+    Yaml {
+        name: String,
+        #[source]
+        source: yaml_serde::Error,
+    },
+    #[error("{name}: {source}")]
+    Json {
+        name: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{name}: processor.autoscaling: {source}")]
+    Autoscaling {
+        name: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{name}: {problem}")]
+    Invalid { name: String, problem: String },
+}
+
+fn invalid(name: &str, problem: impl Into<String>) -> ValuesError {
+    ValuesError::Invalid { name: name.to_string(), problem: problem.into() }
+}
+
 /// Parses one values file.
-pub fn parse_yaml(name: &str, text: &str) -> Result<Value, String> {
-    let yaml: yaml_serde::Value = yaml_serde::from_str(text).map_err(|e| format!("{name}: {e}"))?;
-    serde_json::to_value(yaml).map_err(|e| format!("{name}: {e}"))
+pub fn parse_yaml(name: &str, text: &str) -> Result<Value, ValuesError> {
+    let yaml: yaml_serde::Value =
+        yaml_serde::from_str(text).map_err(|source| ValuesError::Yaml { name: name.to_string(), source })?;
+    serde_json::to_value(yaml).map_err(|source| ValuesError::Json { name: name.to_string(), source })
 }
 
 #[derive(Debug, Deserialize)]
@@ -132,19 +162,19 @@ fn three_hundred() -> i64 {
 }
 
 /// The policy in merged values.
-pub fn policy(name: &str, values: &Value) -> Result<Policy, String> {
-    let at = |path: &str| -> Result<&Value, String> {
-        path.split('.').try_fold(values, |v, k| v.get(k).ok_or_else(|| format!("{name}: {path} is missing")))
+pub fn policy(name: &str, values: &Value) -> Result<Policy, ValuesError> {
+    let at = |path: &str| -> Result<&Value, ValuesError> {
+        path.split('.').try_fold(values, |v, k| v.get(k).ok_or_else(|| invalid(name, format!("{path} is missing"))))
     };
     let a: Autoscaling = serde_json::from_value(at("processor.autoscaling")?.clone())
-        .map_err(|e| format!("{name}: processor.autoscaling: {e}"))?;
+        .map_err(|source| ValuesError::Autoscaling { name: name.to_string(), source })?;
     let partitions =
-        at("kafka.partitions")?.as_u64().ok_or_else(|| format!("{name}: kafka.partitions is not a number"))?;
+        at("kafka.partitions")?.as_u64().ok_or_else(|| invalid(name, "kafka.partitions is not a number"))?;
     let target = |t: &Option<Target>, key: &str| {
         t.as_ref()
             .map(|t| t.target_seconds)
             .filter(|s| *s > 0.0)
-            .ok_or_else(|| format!("{name}: processor.autoscaling.{key}.targetSeconds must be set above 0"))
+            .ok_or_else(|| invalid(name, format!("processor.autoscaling.{key}.targetSeconds must be set above 0")))
     };
     let trigger = match a.trigger.as_str() {
         "kafka" => PolicyTrigger::Kafka(KafkaTrigger {
@@ -160,13 +190,14 @@ pub fn policy(name: &str, values: &Value) -> Result<Policy, String> {
             PolicyTrigger::Sluice(Trigger::DrainTime { target_seconds: target(&a.drain_time, "drainTime")? })
         }
         other => {
-            return Err(format!(
-                "{name}: processor.autoscaling.trigger {other:?} is not kafka, offsetLag, timeLag or drainTime"
+            return Err(invalid(
+                name,
+                format!("processor.autoscaling.trigger {other:?} is not kafka, offsetLag, timeLag or drainTime"),
             ));
         }
     };
     if a.min_replicas < 0 || a.max_replicas < a.min_replicas.max(1) {
-        return Err(format!("{name}: processor.autoscaling: maxReplicas must be at least minReplicas and 1"));
+        return Err(invalid(name, "processor.autoscaling: maxReplicas must be at least minReplicas and 1"));
     }
     Ok(Policy {
         name: name.to_string(),
@@ -228,9 +259,9 @@ processor:
     fn mistakes_are_named() {
         let mut v = parse_yaml("values.yaml", CHART).expect("yaml");
         merge(&mut v, parse_yaml("o", "processor: {autoscaling: {trigger: drainTime}}").expect("yaml"));
-        assert!(policy("o", &v).expect_err("no target").contains("drainTime.targetSeconds"));
+        assert!(policy("o", &v).expect_err("no target").to_string().contains("drainTime.targetSeconds"));
         merge(&mut v, parse_yaml("o", "processor: {autoscaling: {trigger: cpu}}").expect("yaml"));
-        assert!(policy("o", &v).expect_err("bad trigger").contains("\"cpu\""));
-        assert!(parse_yaml("broken.yaml", "a: [").expect_err("bad yaml").contains("broken.yaml"));
+        assert!(policy("o", &v).expect_err("bad trigger").to_string().contains("\"cpu\""));
+        assert!(parse_yaml("broken.yaml", "a: [").expect_err("bad yaml").to_string().contains("broken.yaml"));
     }
 }

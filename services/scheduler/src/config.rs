@@ -10,7 +10,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use sluice_proto::scheduler::v1 as api;
-use sluice_service::env::EnvReader;
+use sluice_service::env::{EnvReader, Unexpected};
 
 use crate::schedule::Schedule;
 
@@ -24,12 +24,12 @@ pub enum Overlap {
 }
 
 impl FromStr for Overlap {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = Unexpected;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "skip" => Ok(Self::Skip),
             "buffer-one" => Ok(Self::BufferOne),
-            other => Err(format!("expected skip or buffer-one, got {other:?}")),
+            other => Err(Unexpected::new("skip or buffer-one", other)),
         }
     }
 }
@@ -55,12 +55,12 @@ pub enum Misfire {
 }
 
 impl FromStr for Misfire {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = Unexpected;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "run-latest" => Ok(Self::RunLatest),
             "skip" => Ok(Self::Skip),
-            other => Err(format!("expected run-latest or skip, got {other:?}")),
+            other => Err(Unexpected::new("run-latest or skip", other)),
         }
     }
 }

@@ -32,7 +32,7 @@ use tonic::transport::Channel;
 
 use crate::config::{JobDefaults, SchedulerConfig};
 use crate::model::{ErrorKind, Tick};
-use crate::store::{Applied, RunLease, Store, StoreError, Write};
+use crate::store::{Applied, JobScript, RunLease, Store, StoreError, Write};
 
 /// What a run reports.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -110,31 +110,6 @@ pub trait Job: Send + Sync + 'static {
     /// effects outside Redis cannot leave it unsaid.
     fn effects(&self) -> Effects;
     fn run<'a>(&'a self, ctx: &'a RunContext) -> RunFuture<'a>;
-}
-
-/// A job's write: a Lua body that sees only the job's own `KEYS` and `ARGV`
-/// (from 1) and returns an integer, wrapped in the fence and the ledger.
-/// Build it once per job (Redis caches the script under its hash).
-#[derive(Debug)]
-pub struct JobScript {
-    name: &'static str,
-    script: redis::Script,
-}
-
-impl JobScript {
-    /// `name` identifies the write in tests (the in-memory store runs a
-    /// Rust model registered under it).
-    pub fn new(name: &'static str, body: &str) -> Arc<Self> {
-        Arc::new(Self { name, script: crate::store::redis::fenced_script(body) })
-    }
-
-    pub fn name(&self) -> &'static str {
-        self.name
-    }
-
-    pub(crate) fn redis(&self) -> &redis::Script {
-        &self.script
-    }
 }
 
 /// Tries of a write whose reply was lost, and the pause before the first
@@ -315,17 +290,26 @@ where
     (results, done)
 }
 
+/// `SLUICE_SCHEDULER_CHAIN_URL` is not a URI.
+#[derive(Debug, thiserror::Error)]
+#[error("SLUICE_SCHEDULER_CHAIN_URL={url:?}: {source}")]
+pub struct BadChainUrl {
+    pub url: String,
+    #[source]
+    pub source: tonic::codegen::http::uri::InvalidUri,
+}
+
 /// The chain client the chain-reading jobs share.
-pub fn chain_client(config: &SchedulerConfig) -> Result<ChainClient<Channel>, String> {
+pub fn chain_client(config: &SchedulerConfig) -> Result<ChainClient<Channel>, BadChainUrl> {
     let endpoint = Channel::from_shared(config.chain_url.clone())
-        .map_err(|e| format!("SLUICE_SCHEDULER_CHAIN_URL={:?}: {e}", config.chain_url))?
+        .map_err(|source| BadChainUrl { url: config.chain_url.clone(), source })?
         .connect_timeout(Duration::from_secs(5))
         .timeout(config.chain_timeout);
     Ok(ChainClient::new(endpoint.connect_lazy()).max_decoding_message_size(64 << 20))
 }
 
 /// Every job this build has.
-pub fn builtin(config: &SchedulerConfig) -> Result<Vec<Arc<dyn Job>>, String> {
+pub fn builtin(config: &SchedulerConfig) -> Result<Vec<Arc<dyn Job>>, BadChainUrl> {
     let chain = chain_client(config)?;
     Ok(vec![
         Arc::new(tokens::TokenRefresh::new(chain.clone())),

@@ -38,7 +38,7 @@ async fn watch_generation(
         let mut now = replaced.lock().unwrap_or_else(|e| e.into_inner());
         match (verdict, now.is_some()) {
             (Err(lost), false) => {
-                tracing::error!(error = %lost, "No job runs: claims and writes are refused until the store's generation is back (restore Redis), or this replica restarts on the new one (README, \"When Redis loses its data\")");
+                tracing::error!(error = %lost, "No job runs: claims and writes are refused until the store's generation is back (restore Redis), or this replica restarts on the new one (docs/deploying.md, \"When Redis loses its data\")");
                 *now = Some(lost.to_string());
             }
             (Ok(()), true) => {
@@ -74,7 +74,7 @@ async fn run() -> anyhow::Result<()> {
     let entries = match jobs::builtin(&config) {
         Ok(jobs) => JobEntry::read_all(&mut env, jobs),
         Err(e) => {
-            env.problem(e);
+            env.problem(e.to_string());
             Vec::new()
         }
     };
@@ -97,7 +97,7 @@ async fn run() -> anyhow::Result<()> {
     let check: sluice_service::admin::ReadyCheck = {
         let replaced = replaced.clone();
         Arc::new(move || match replaced.lock().unwrap_or_else(|e| e.into_inner()).clone() {
-            Some(why) => Err(why),
+            Some(why) => Err(sluice_service::admin::NotReady(why)),
             None => connected(),
         })
     };

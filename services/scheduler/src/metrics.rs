@@ -11,9 +11,8 @@
 //! that is not there yet; its histograms, next tick and last success appear
 //! with their first value.
 
-use prometheus::{
-    GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, exponential_buckets,
-};
+use prometheus::{GaugeVec, HistogramVec, IntCounterVec, IntGaugeVec, Registry, exponential_buckets};
+use sluice_service::metrics::Registrar;
 
 use crate::model::{MissReason, Outcome, SkipReason};
 
@@ -87,107 +86,58 @@ pub struct Metrics {
     pub state_store_replaced: prometheus::IntGauge,
 }
 
-fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
-    registry.register(Box::new(c.clone())).expect("registered once");
-    c
-}
-
-fn gauge(registry: &Registry, name: &str, help: &str) -> GaugeVec {
-    let g = GaugeVec::new(Opts::new(name, help), &["job_name"]).expect("valid metric");
-    registry.register(Box::new(g.clone())).expect("registered once");
-    g
-}
-
-fn int_gauge(registry: &Registry, name: &str, help: &str) -> IntGaugeVec {
-    let g = IntGaugeVec::new(Opts::new(name, help), &["job_name"]).expect("valid metric");
-    registry.register(Box::new(g.clone())).expect("registered once");
-    g
-}
-
-fn histogram(registry: &Registry, name: &str, help: &str, start: f64) -> HistogramVec {
-    let buckets = exponential_buckets(start, 2.0, 20).expect("valid buckets");
-    let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), &["job_name"]).expect("valid metric");
-    registry.register(Box::new(h.clone())).expect("registered once");
-    h
-}
-
 impl Metrics {
     pub fn new() -> Self {
-        let r = Registry::new();
-        let per_job = |name: &str, help: &str| counter(&r, name, help, &["job_name"]);
+        let registry = Registry::new();
+        let r = Registrar::new(&registry, "sluice_scheduler");
+        let job = ["job_name"];
+        let per_job = |thing: &str, help: &str| r.counters(thing, help, &job);
+        let durations = |start: f64| exponential_buckets(start, 2.0, 20).expect("valid buckets");
         Self {
-            runs: counter(
-                &r,
-                "sluice_scheduler_runs_total",
+            runs: r.counters("runs_total",
                 "Runs ended, by job and outcome.",
                 &["job_name", "outcome"],
             ),
-            run_duration: histogram(&r, "sluice_scheduler_run_duration_seconds", "Run duration.", 0.005),
-            start_delay: histogram(
-                &r,
-                "sluice_scheduler_start_delay_seconds",
-                "Run start after the tick's scheduled time.",
-                0.001,
-            ),
-            last_success: gauge(
-                &r,
-                "sluice_scheduler_last_success_timestamp_seconds",
-                "End of the job's newest successful run on any replica, Unix seconds.",
-            ),
-            ticks_missed: counter(
-                &r,
-                "sluice_scheduler_ticks_missed_total",
+            run_duration: r.histograms("run_duration_seconds", "Run duration.", &job, &durations(0.005)),
+            start_delay: r.histograms("start_delay_seconds", "Run start after the tick's scheduled time.", &job, &durations(0.001)),
+            last_success: r.float_gauges("last_success_timestamp_seconds", "End of the job's newest successful run on any replica, Unix seconds.", &job),
+            ticks_missed: r.counters("ticks_missed_total",
                 "Ticks nobody ran, by reason (unclaimed, late, abandoned).",
                 &["job_name", "reason"],
             ),
-            abandoned: counter(
-                &r,
-                "sluice_scheduler_abandoned_runs_total",
+            abandoned: r.counters("abandoned_runs_total",
                 "Runs whose replica stopped without recording an end, by whether they had applied the tick's effect.",
                 &["job_name", "effect"],
             ),
-            ticks_skipped: counter(
-                &r,
-                "sluice_scheduler_ticks_skipped_total",
+            ticks_skipped: r.counters("ticks_skipped_total",
                 "Ticks not run on purpose, by reason (overlap, paused).",
                 &["job_name", "reason"],
             ),
-            stale_writes: per_job(
-                "sluice_scheduler_stale_writes_rejected_total",
+            stale_writes: per_job("stale_writes_rejected_total",
                 "Writes the fence refused: the run no longer held its lease, or a newer run had started.",
             ),
-            claims_lost: per_job("sluice_scheduler_claims_lost_total", "Runs whose lease was lost while they ran."),
-            claims_contended: per_job(
-                "sluice_scheduler_claims_contended_total",
+            claims_lost: per_job("claims_lost_total", "Runs whose lease was lost while they ran."),
+            claims_contended: per_job("claims_contended_total",
                 "Ticks another replica claimed first.",
             ),
-            takeovers: per_job("sluice_scheduler_takeovers_total", "Ticks whose run died, taken over by this replica."),
-            running: int_gauge(&r, "sluice_scheduler_running", "Runs in progress on this replica."),
-            paused: int_gauge(&r, "sluice_scheduler_paused", "1 while the job is paused."),
-            next_tick: gauge(&r, "sluice_scheduler_next_tick_timestamp_seconds", "The job's next tick, Unix seconds."),
-            items: per_job("sluice_scheduler_items_total", "Items the job's runs processed."),
-            drift_found: per_job(
-                "sluice_scheduler_drift_found_total",
+            takeovers: per_job("takeovers_total", "Ticks whose run died, taken over by this replica."),
+            running: r.gauges("running", "Runs in progress on this replica.", &job),
+            paused: r.gauges("paused", "1 while the job is paused.", &job),
+            next_tick: r.float_gauges("next_tick_timestamp_seconds", "The job's next tick, Unix seconds.", &job),
+            items: per_job("items_total", "Items the job's runs processed."),
+            drift_found: per_job("drift_found_total",
                 "Items found to differ from the source of truth.",
             ),
-            drift_repaired: per_job("sluice_scheduler_drift_repaired_total", "Items repaired."),
-            errors: counter(
-                &r,
-                "sluice_scheduler_errors_total",
+            drift_repaired: per_job("drift_repaired_total", "Items repaired."),
+            errors: r.counters("errors_total",
                 "Failed calls of the scheduler itself, by operation.",
                 &["job_name", "operation"],
             ),
-            state_store_replaced: {
-                let g = prometheus::IntGauge::new(
-                    "sluice_scheduler_state_store_replaced",
-                    "1 while Redis is not the store the scheduler's state is in (reset or replaced): nothing is claimed or written",
-                )
-                .expect("valid metric");
-                r.register(Box::new(g.clone())).expect("registered once");
-                g
-            },
-            registry: r,
+            state_store_replaced: r.gauge(
+                "state_store_replaced",
+                "1 while Redis is not the store the scheduler's state is in (reset or replaced): nothing is claimed or written",
+            ),
+            registry: registry.clone(),
         }
     }
 

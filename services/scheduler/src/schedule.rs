@@ -1,9 +1,14 @@
 //! When a job is due: cron expressions with seconds, evaluated in UTC.
 //!
-//! The dialect is the one tokio-cron-scheduler parses (croner with seconds
-//! required, an optional year field), with day-of-month and day-of-week
-//! combined by OR as in Vixie cron (`0 0 0 1 * MON` is the 1st *and* every
-//! Monday). A tick is identified by its nominal UTC instant in Unix
+//! The dialect is croner 3's with seconds required (six fields, seconds first;
+//! an optional seventh, the year), chosen to read the day fields as Vixie cron
+//! and a Kubernetes CronJob do: when both day-of-month and day-of-week are
+//! restricted, a day matches either (`0 0 0 13 * FRI` is every 13th *and*
+//! every Friday); when either is `*` (or `?`) the other alone decides. A `+`
+//! before the day-of-week (croner's extension) asks for both (`+FRI`: Friday
+//! the 13th). This is *not* what tokio-cron-scheduler's constructors parse:
+//! its `Job::new` and kin set croner's Quartz mode, both fields required.
+//! A tick is identified by its nominal UTC instant in Unix
 //! milliseconds, computed from the expression alone, never from the moment
 //! a timer happened to fire; so every replica names the same tick the same
 //! way whatever its timer's phase.
@@ -13,6 +18,19 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use croner::Cron;
 use croner::parser::{CronParser, Seconds};
+
+/// A schedule that cannot be used, with its expression.
+#[derive(Debug, thiserror::Error)]
+pub enum BadSchedule {
+    #[error("{expression:?} is not a cron expression with seconds ({source})")]
+    NotCron {
+        expression: String,
+        #[source]
+        source: croner::errors::CronError,
+    },
+    #[error("{expression:?} never fires")]
+    NeverFires { expression: String },
+}
 
 /// A parsed schedule.
 #[derive(Debug, Clone)]
@@ -29,16 +47,16 @@ fn at(ms: i64) -> Option<DateTime<Utc>> {
 impl Schedule {
     /// Parses `expression` (six fields, seconds first; a seventh, the year,
     /// is allowed). An expression that never fires is refused.
-    pub fn parse(expression: &str) -> Result<Self, String> {
+    pub fn parse(expression: &str) -> Result<Self, BadSchedule> {
         let cron = CronParser::builder()
             .seconds(Seconds::Required)
             .dom_and_dow(false)
             .build()
             .parse(expression)
-            .map_err(|e| format!("{expression:?} is not a cron expression with seconds ({e})"))?;
+            .map_err(|source| BadSchedule::NotCron { expression: expression.to_string(), source })?;
         let mut schedule = Self { cron, expression: expression.trim().to_string(), period: Duration::ZERO };
         if schedule.next_after(0).is_none() {
-            return Err(format!("{expression:?} never fires"));
+            return Err(BadSchedule::NeverFires { expression: expression.to_string() });
         }
         let ticks = schedule.upcoming(0, 16);
         let shortest = ticks.windows(2).map(|w| w[1] - w[0]).min().unwrap_or(86_400_000);
@@ -165,9 +183,39 @@ mod tests {
     }
 
     #[test]
+    fn restricted_day_fields_match_either_as_in_vixie_cron() {
+        let from = ms("2026-01-01T00:00:00Z"); // a Thursday
+        let fridays_and_13ths = vec![
+            ms("2026-01-02T00:00:00Z"),
+            ms("2026-01-09T00:00:00Z"),
+            ms("2026-01-13T00:00:00Z"), // a Tuesday
+            ms("2026-01-16T00:00:00Z"),
+        ];
+        assert_eq!(Schedule::parse("0 0 0 13 * FRI").expect("valid").upcoming(from, 4), fridays_and_13ths);
+        // tokio-cron-scheduler's reading (croner's Quartz mode) differs: Friday the 13th only.
+        let quartz = CronParser::builder().seconds(Seconds::Required).dom_and_dow(true).build();
+        let and = quartz.parse("0 0 0 13 * FRI").expect("valid");
+        let first = and.find_next_occurrence(&at(from).expect("instant"), false).expect("fires");
+        assert_eq!(first.timestamp_millis(), ms("2026-02-13T00:00:00Z"));
+        // A `*` (or `?`) day field leaves the other alone to decide; `+` asks for both.
+        assert_eq!(
+            Schedule::parse("0 0 0 * * FRI").expect("valid").upcoming(from, 2),
+            vec![ms("2026-01-02T00:00:00Z"), ms("2026-01-09T00:00:00Z")]
+        );
+        assert_eq!(
+            Schedule::parse("0 0 0 13 * ?").expect("valid").upcoming(from, 2),
+            vec![ms("2026-01-13T00:00:00Z"), ms("2026-02-13T00:00:00Z")]
+        );
+        assert_eq!(
+            Schedule::parse("0 0 0 13 * +FRI").expect("valid").upcoming(from, 2),
+            vec![ms("2026-02-13T00:00:00Z"), ms("2026-03-13T00:00:00Z")]
+        );
+    }
+
+    #[test]
     fn bad_expressions_are_refused_with_the_expression() {
         for bad in ["", "* * * * *", "61 * * * * *", "0 0 0 31 2 *"] {
-            let err = Schedule::parse(bad).expect_err(bad);
+            let err = Schedule::parse(bad).expect_err(bad).to_string();
             assert!(err.contains(&format!("{bad:?}")), "{err}");
         }
     }

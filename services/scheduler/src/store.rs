@@ -27,6 +27,7 @@ pub mod keys;
 pub mod memory;
 pub mod redis;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -157,12 +158,37 @@ pub enum Queue {
     Lost,
 }
 
+/// A job's write: a Lua body that sees only the job's own `KEYS` and `ARGV`
+/// (from 1) and returns an integer, wrapped in the fence and the ledger.
+/// Build it once per job (Redis caches the script under its hash).
+#[derive(Debug)]
+pub struct JobScript {
+    name: &'static str,
+    script: ::redis::Script,
+}
+
+impl JobScript {
+    /// `name` identifies the write in tests (the in-memory store runs a
+    /// Rust model registered under it).
+    pub fn new(name: &'static str, body: &str) -> Arc<Self> {
+        Arc::new(Self { name, script: redis::fenced_script(body) })
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    pub(crate) fn redis(&self) -> &::redis::Script {
+        &self.script
+    }
+}
+
 /// A fenced write of a run: a job's Lua script with the job's keys and
 /// arguments, named `id` within the tick (a retry with the same id is never
 /// applied twice).
 #[derive(Debug, Clone)]
 pub struct Write {
-    pub script: std::sync::Arc<crate::jobs::JobScript>,
+    pub script: Arc<JobScript>,
     pub id: String,
     pub keys: Vec<String>,
     pub args: Vec<String>,

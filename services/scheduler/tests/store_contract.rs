@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_scheduler::clock::SystemClock;
-use sluice_scheduler::jobs::JobScript;
 use sluice_scheduler::model::{self, Intent, LostReason, Outcome, SkipReason, Tick};
 use sluice_scheduler::schedule::Schedule;
+use sluice_scheduler::store::JobScript;
 use sluice_scheduler::store::memory::MemoryStore;
 use sluice_scheduler::store::redis::RedisStore;
 use sluice_scheduler::store::{

@@ -18,8 +18,19 @@ use axum::routing::get;
 use prometheus::{Encoder, IntGauge, Registry, TextEncoder};
 use tokio::net::TcpListener;
 
-/// A readiness check: `Ok` when ready, `Err(reason)` otherwise.
-pub type ReadyCheck = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+/// Why a service is not ready: what `/ready` answers with its 503.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NotReady(pub String);
+
+impl NotReady {
+    pub fn new(reason: impl Into<String>) -> Self {
+        Self(reason.into())
+    }
+}
+
+/// A readiness check: `Ok` when ready, `Err(why not)` otherwise.
+pub type ReadyCheck = Arc<dyn Fn() -> Result<(), NotReady> + Send + Sync>;
 
 /// A readiness check that is a switch: ready while it is on, not ready
 /// with `reason` while off (a service that is ready once connected).
@@ -27,7 +38,8 @@ pub fn switch(reason: &'static str) -> (Arc<std::sync::atomic::AtomicBool>, Read
     use std::sync::atomic::{AtomicBool, Ordering};
     let on = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&on);
-    let check: ReadyCheck = Arc::new(move || if flag.load(Ordering::SeqCst) { Ok(()) } else { Err(reason.into()) });
+    let check: ReadyCheck =
+        Arc::new(move || if flag.load(Ordering::SeqCst) { Ok(()) } else { Err(NotReady::new(reason)) });
     (on, check)
 }
 

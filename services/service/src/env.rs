@@ -17,6 +17,21 @@ pub fn default_instance_id(role: &str) -> String {
     std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()).unwrap_or_else(|| format!("{role}-{}", std::process::id()))
 }
 
+/// A setting's value that is none of the ones it accepts (the `Err` of a
+/// setting's `FromStr`): "expected skip or buffer-one, got \"sikp\"".
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("expected {expected}, got {got:?}")]
+pub struct Unexpected {
+    pub expected: &'static str,
+    pub got: String,
+}
+
+impl Unexpected {
+    pub fn new(expected: &'static str, got: &str) -> Self {
+        Self { expected, got: got.to_string() }
+    }
+}
+
 /// Every problem found in a service's configuration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid configuration:\n  {}", .problems.join("\n  "))]

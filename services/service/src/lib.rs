@@ -4,6 +4,7 @@
 //!   variable is reported by name, all at once.
 //! - [`telemetry`]: tracing setup (JSON in containers, plain on a terminal).
 //! - [`admin`]: the admin HTTP server: `/live`, `/ready`, `/metrics`.
+//! - [`metrics`]: one way to define and register a service's series.
 //! - [`signal`]: SIGTERM / Ctrl-C as a future.
 //!
 //! And for the programs that run deployables as child processes (the demo,
@@ -13,6 +14,7 @@
 
 pub mod admin;
 pub mod env;
+pub mod metrics;
 pub mod process;
 pub mod signal;
 pub mod telemetry;

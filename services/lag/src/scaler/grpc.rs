@@ -2,7 +2,6 @@
 //! module by `build.rs`), over plain TCP or TLS (OpenSSL; mutual when a client CA is set).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -17,6 +16,7 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
 use super::{Scalers, TriggerSpec};
+use crate::config::TlsFiles;
 use crate::picture::Picture;
 
 /// KEDA's messages and service (the client too: the demo calls the scaler the way KEDA does).
@@ -104,7 +104,7 @@ fn object(r: &ScaledObjectRef) -> String {
 
 impl Service {
     fn spec(r: &ScaledObjectRef) -> Result<TriggerSpec, Status> {
-        TriggerSpec::from_metadata(&r.scaler_metadata).map_err(Status::invalid_argument)
+        TriggerSpec::from_metadata(&r.scaler_metadata).map_err(|e| Status::invalid_argument(e.to_string()))
     }
 
     fn decide(&self, r: &ScaledObjectRef) -> Result<(TriggerSpec, Decision), Status> {
@@ -189,25 +189,40 @@ impl ExternalScaler for Service {
     }
 }
 
-/// TLS for the scaler's port.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsFiles {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    /// Clients (KEDA's operator and metrics server) must present a certificate it signed.
-    pub client_ca: Option<PathBuf>,
+/// Why the scaler's port could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("binding the scaler port {listen}: {source}")]
+    Bind {
+        listen: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("TLS: {0}")]
+    Tls(#[source] openssl::error::ErrorStack),
+    /// A certificate, key or CA file OpenSSL refused.
+    #[error("{}: {source}", .path.display())]
+    TlsFile {
+        path: std::path::PathBuf,
+        #[source]
+        source: openssl::error::ErrorStack,
+    },
 }
 
-fn acceptor(tls: &TlsFiles) -> Result<SslAcceptor, String> {
-    let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls_server()).map_err(|e| e.to_string())?;
-    b.set_certificate_chain_file(&tls.cert).map_err(|e| format!("{}: {e}", tls.cert.display()))?;
-    b.set_private_key_file(&tls.key, SslFiletype::PEM).map_err(|e| format!("{}: {e}", tls.key.display()))?;
-    b.check_private_key().map_err(|e| format!("{}: {e}", tls.key.display()))?;
+fn acceptor(tls: &TlsFiles) -> Result<SslAcceptor, ServeError> {
+    fn file(path: &std::path::Path) -> impl FnOnce(openssl::error::ErrorStack) -> ServeError {
+        let path = path.to_path_buf();
+        move |source| ServeError::TlsFile { path, source }
+    }
+    let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls_server()).map_err(ServeError::Tls)?;
+    b.set_certificate_chain_file(&tls.cert).map_err(file(&tls.cert))?;
+    b.set_private_key_file(&tls.key, SslFiletype::PEM).map_err(file(&tls.key))?;
+    b.check_private_key().map_err(file(&tls.key))?;
     b.set_alpn_select_callback(|_, offered| {
         openssl::ssl::select_next_proto(b"\x02h2", offered).ok_or(openssl::ssl::AlpnError::NOACK)
     });
     if let Some(ca) = &tls.client_ca {
-        b.set_ca_file(ca).map_err(|e| format!("{}: {e}", ca.display()))?;
+        b.set_ca_file(ca).map_err(file(ca))?;
         b.set_verify(SslVerifyMode::PEER | SslVerifyMode::FAIL_IF_NO_PEER_CERT);
     }
     Ok(b.build())
@@ -245,9 +260,10 @@ pub async fn serve(
     tls: Option<TlsFiles>,
     service: Service,
     stopped: impl Future<Output = ()> + Send + 'static,
-) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), String> {
-    let listener = TcpListener::bind(listen).await.map_err(|e| format!("binding the scaler port {listen}: {e}"))?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), ServeError> {
+    let bind = |source| ServeError::Bind { listen, source };
+    let listener = TcpListener::bind(listen).await.map_err(bind)?;
+    let addr = listener.local_addr().map_err(bind)?;
     let router = tonic::transport::Server::builder().add_service(ExternalScalerServer::new(service));
     let task = match tls {
         None => {

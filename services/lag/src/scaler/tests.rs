@@ -58,7 +58,8 @@ fn metadata_is_read_and_mistakes_are_named() {
         (meta(&[("group", "g"), ("offsetResetPolicy", "none")]), "offsetResetPolicy"),
     ] {
         let e = TriggerSpec::from_metadata(&bad).expect_err("refused");
-        assert!(e.contains(named), "{e:?} should name {named}");
+        assert_eq!(e.key, named, "{e} should name {named}");
+        assert!(e.to_string().starts_with(&format!("trigger metadata {named}: ")), "{e}");
     }
 }
 

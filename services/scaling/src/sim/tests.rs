@@ -39,7 +39,7 @@ fn kafka(threshold: i64) -> PolicyTrigger {
 }
 
 fn trace(spec: &str) -> Trace {
-    Trace::parse(spec, |_| Err("no files".into())).expect("a trace")
+    Trace::parse(spec, |_| Err(std::io::Error::other("no files"))).expect("a trace")
 }
 
 #[test]

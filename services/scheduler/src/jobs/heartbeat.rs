@@ -9,8 +9,9 @@
 
 use std::time::Duration;
 
-use super::{Effects, Job, JobError, JobScript, Report, RunContext, RunFuture};
+use super::{Effects, Job, JobError, Report, RunContext, RunFuture};
 use crate::config::{JobDefaults, Overlap};
+use crate::store::JobScript;
 
 /// How long a tick's effect counter is kept.
 const EFFECT_TTL_MS: u64 = 3_600_000;

@@ -19,7 +19,8 @@
 
 use std::time::Duration;
 
-use sluice_core::pool::{PoolState, Seq};
+use sluice_core::pool::PoolState;
+use sluice_core::seq::Seq;
 use sluice_dex::state::{pool_key, prices_channel, read_pool};
 use sluice_proto::chain::v1::chain_client::ChainClient;
 use sluice_proto::chain::v1::{GetPoolRequest, ListPoolsRequest};
@@ -27,8 +28,9 @@ use sluice_proto::dex::v1::{PoolInfo, PoolState as WirePoolState};
 use tonic::Code;
 use tonic::transport::Channel;
 
-use super::{Effects, Job, JobError, JobScript, Report, RunContext, RunFuture, pipeline};
+use super::{Effects, Job, JobError, Report, RunContext, RunFuture, pipeline};
 use crate::config::{JobDefaults, Overlap};
+use crate::store::JobScript;
 
 /// The compare-and-set of one pool's state (the hash layout of
 /// `sluice_dex::state`), run as a fenced write. Returns 1 repaired, 0 moved.

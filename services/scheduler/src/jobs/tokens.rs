@@ -11,8 +11,9 @@ use sluice_proto::chain::v1::ListTokensRequest;
 use sluice_proto::chain::v1::chain_client::ChainClient;
 use tonic::transport::Channel;
 
-use super::{Effects, Job, JobError, JobScript, Report, RunContext, RunFuture};
+use super::{Effects, Job, JobError, Report, RunContext, RunFuture};
 use crate::config::{JobDefaults, Overlap};
+use crate::store::JobScript;
 
 /// Writes every changed registry entry and announces each on the
 /// invalidation channel. Returns how many changed.

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use super::MemoryStore;
 use crate::clock::Clock;
-use crate::jobs::JobScript;
 use crate::model::{Intent, LostReason, Outcome, Tick};
+use crate::store::JobScript;
 use crate::store::history::texts;
 use crate::store::{Applied, ClaimOutcome, ClaimRequest, FinishRequest, RunLease, RunRecord, Store, Write};
 
