@@ -13,10 +13,16 @@
 //! - [`handler`]: the `Handler` trait (per record, or in batches) and how a
 //!   handler reports failure.
 //! - [`consumer`]: the consumer thread: polling (a batch per partition per
-//!   poll round), rebalance callbacks, commits, pause/resume; the only owner
-//!   of librdkafka's consumer.
-//! - [`worker`]: one worker per assigned partition and epoch: units of work
-//!   as futures in one task, retries, budgets, the watermark.
+//!   poll round), rebalance callbacks (`consumer::context`), commits,
+//!   pause/resume; the only owner of librdkafka's consumer.
+//! - [`intake`]: the consumer thread's decisions as pure state (what was
+//!   handed out, pauses, which positions to commit, markers, pacing).
+//! - [`partition`]: one partition's decisions as a pure state machine (what
+//!   starts, completes and is released, the position, budgets, retries,
+//!   stalls, the drain), unit- and property-tested.
+//! - [`worker`]: one worker per assigned partition and epoch: the IO around
+//!   its `Partition` (units of work as futures in one task, timers, the
+//!   producer, the slot, metrics).
 //! - [`lanes`]: which of a partition's records may start (per-key order).
 //! - [`outcome`]: a unit's results as done records, dead letters and retries.
 //! - [`output`]: the shared Kafka producer, acknowledged per group.
@@ -32,10 +38,12 @@ pub mod config;
 pub mod consumer;
 pub mod handler;
 pub mod health;
+mod intake;
 mod lanes;
 pub mod metrics;
 mod outcome;
 pub mod output;
+mod partition;
 mod recorded;
 pub mod retry;
 pub mod run;

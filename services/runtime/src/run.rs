@@ -17,10 +17,11 @@ use crate::health::Health;
 use crate::metrics::RuntimeMetrics;
 use crate::outcome::DeadLetters;
 use crate::output::{self, KafkaSink};
+use crate::partition::Budget;
 use crate::recorded;
 use crate::sink::SinkError;
 use crate::txn::Transactions;
-use crate::worker::{Budget, Shared};
+use crate::worker::Shared;
 
 /// Why the runtime could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
