@@ -360,7 +360,7 @@ pub struct Instance {
 impl Instance {
     /// Starts the runtime with the handler `make` builds on its sinks.
     pub fn start<H: Handler>(config: RuntimeConfig, make: impl FnOnce(&Runtime) -> Result<H>) -> Result<Self> {
-        let runtime = Runtime::new(config, "dex").context("starting the runtime")?;
+        let runtime = Runtime::new(config, sluice_dex::handler::IDENTITY).context("starting the runtime")?;
         let handler = make(&runtime)?;
         let metrics = runtime.metrics().clone();
         let handle = Arc::new(OnceLock::new());

@@ -11,10 +11,10 @@ use sluice_core::pool::{PoolState, PoolUpdate, PriceParams};
 use sluice_core::prices::PriceBoard;
 use sluice_core::recognize::{RecognizeError, Recognized, SwapFact, recognize, recognize_view};
 use sluice_core::txview::TxView;
-use sluice_runtime::RuntimeMetrics;
 use sluice_runtime::sink::SinkError;
 use sluice_runtime::sink::{RedisConfig, RedisSink, StateStore};
 use sluice_runtime::{Batching, HandleError, Handled, Handler, Publish, Record};
+use sluice_runtime::{Identity, RuntimeMetrics};
 use sluice_service::admin::NotReady;
 
 use crate::config::DexConfig;
@@ -23,6 +23,10 @@ use crate::outputs::{Live, Outputs};
 use crate::registry::{self, TokenInfo};
 use crate::state::{self, Apply};
 use crate::swap_wire::SwapFields;
+
+/// The DEX workload runs as the processor: its series are `sluice_processor_*` (the
+/// runtime's and [`crate::metrics::DexMetrics`]'), its admin endpoints and logs say `processor`.
+pub const IDENTITY: Identity = Identity { service: "processor", metric_prefix: "sluice_processor", workload: "dex" };
 
 /// Recognises swaps, applies pool state to `O` (Redis in production) and
 /// hands the runtime the `Swap`s to publish.

@@ -12,7 +12,8 @@
 use std::collections::HashSet;
 use std::sync::Mutex;
 
-use prometheus::{GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{GaugeVec, Histogram, HistogramVec, IntCounterVec, IntGauge, Registry};
+use sluice_service::metrics::Registrar;
 
 use crate::picture::Picture;
 use crate::poller::{PollErrors, Stage};
@@ -26,10 +27,8 @@ struct Family {
 }
 
 impl Family {
-    fn new(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> Self {
-        let vec = GaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
-        registry.register(Box::new(vec.clone())).expect("registered once");
-        Self { vec, set: Mutex::default(), previous: Mutex::default() }
+    fn new(r: &Registrar<'_>, thing: &str, help: &str, labels: &[&str]) -> Self {
+        Self { vec: r.float_gauges(thing, help, labels), set: Mutex::default(), previous: Mutex::default() }
     }
 
     fn set(&self, labels: &[&str], value: f64) {
@@ -49,10 +48,9 @@ impl Family {
     }
 }
 
-/// Every metric sluice-lag exports.
+/// kafka_exporter's families, with its names and labels (`kafka_…`).
 #[derive(Debug)]
-pub struct Metrics {
-    pub registry: Registry,
+struct Exporter {
     lag: Family,
     lag_sum: Family,
     current_offset: Family,
@@ -60,6 +58,52 @@ pub struct Metrics {
     members: Family,
     topic_offset: Family,
     topic_oldest: Family,
+}
+
+impl Exporter {
+    fn new(r: &Registrar<'_>) -> Self {
+        Self {
+            lag: Family::new(
+                r,
+                "consumergroup_lag",
+                "Records the group has not consumed yet (kafka_exporter's name).",
+                &GTP,
+            ),
+            lag_sum: Family::new(
+                r,
+                "consumergroup_lag_sum",
+                "Lag of the group on the topic, over its partitions.",
+                &["consumergroup", "topic"],
+            ),
+            current_offset: Family::new(r, "consumergroup_current_offset", "The group's committed offset.", &GTP),
+            current_offset_sum: Family::new(
+                r,
+                "consumergroup_current_offset_sum",
+                "The group's committed offsets on the topic, summed.",
+                &["consumergroup", "topic"],
+            ),
+            members: Family::new(r, "consumergroup_members", "Members of the group.", &["consumergroup"]),
+            topic_offset: Family::new(r, "topic_partition_current_offset", "The partition's log end offset.", &TP),
+            topic_oldest: Family::new(r, "topic_partition_oldest_offset", "The partition's log start offset.", &TP),
+        }
+    }
+
+    fn families(&self) -> [&Family; 7] {
+        [
+            &self.lag,
+            &self.lag_sum,
+            &self.current_offset,
+            &self.current_offset_sum,
+            &self.members,
+            &self.topic_offset,
+            &self.topic_oldest,
+        ]
+    }
+}
+
+/// sluice-lag's own per-partition and per-group families (`sluice_lag_…`).
+#[derive(Debug)]
+struct Own {
     time_lag: Family,
     group_time_lag: Family,
     produce_rate: Family,
@@ -75,159 +119,86 @@ pub struct Metrics {
     group_state: Family,
     rebalances: Family,
     rebalance_pause: Family,
-    /// Every rebalance's pause, per group (a group no longer watched is removed).
-    rebalance_pauses: HistogramVec,
-    paused_groups: Mutex<HashSet<String>>,
-    poll_duration: Histogram,
-    poll_errors: IntCounterVec,
-    requests: IntCounterVec,
-    last_poll: IntGauge,
-    groups: IntGauge,
 }
 
-const GTP: [&str; 3] = ["consumergroup", "topic", "partition"];
-const TP: [&str; 2] = ["topic", "partition"];
-
-impl Metrics {
-    pub fn new() -> Self {
-        let r = Registry::new();
-        let f = |name: &str, help: &str, labels: &[&str]| Family::new(&r, name, help, labels);
-        let poll_duration = Histogram::with_opts(
-            HistogramOpts::new("sluice_lag_poll_duration_seconds", "How long a poll of the cluster took.")
-                .buckets(prometheus::exponential_buckets(0.005, 2.0, 14).expect("buckets")),
-        )
-        .expect("valid metric");
-        let poll_errors = IntCounterVec::new(
-            Opts::new("sluice_lag_poll_errors_total", "Failed reads in polls, by stage."),
-            &["stage"],
-        )
-        .expect("valid metric");
-        let requests = IntCounterVec::new(
-            Opts::new("sluice_lag_requests_total", "Kafka requests sent, by API (ApiVersions and SASL included)."),
-            &["api"],
-        )
-        .expect("valid metric");
-        let last_poll =
-            IntGauge::new("sluice_lag_last_poll_timestamp_seconds", "When the last poll ended, Unix seconds.")
-                .expect("valid metric");
-        let groups = IntGauge::new("sluice_lag_groups", "Groups watched.").expect("valid metric");
-        let rebalance_pauses = HistogramVec::new(
-            HistogramOpts::new(
-                "sluice_lag_rebalance_pause_seconds",
-                "How long consumption stopped in each rebalance seen (to a poll interval).",
-            )
-            .buckets(vec![1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0]),
-            &["consumergroup"],
-        )
-        .expect("valid metric");
-        for m in [
-            Box::new(rebalance_pauses.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(poll_duration.clone()),
-            Box::new(poll_errors.clone()),
-            Box::new(requests.clone()),
-            Box::new(last_poll.clone()),
-            Box::new(groups.clone()),
-        ] {
-            r.register(m).expect("registered once");
-        }
-        for stage in Stage::ALL {
-            poll_errors.with_label_values(&[stage.as_str()]);
-        }
+impl Own {
+    fn new(r: &Registrar<'_>) -> Self {
         Self {
-            lag: f("kafka_consumergroup_lag", "Records the group has not consumed yet (kafka_exporter's name).", &GTP),
-            lag_sum: f(
-                "kafka_consumergroup_lag_sum",
-                "Lag of the group on the topic, over its partitions.",
-                &["consumergroup", "topic"],
-            ),
-            current_offset: f("kafka_consumergroup_current_offset", "The group's committed offset.", &GTP),
-            current_offset_sum: f(
-                "kafka_consumergroup_current_offset_sum",
-                "The group's committed offsets on the topic, summed.",
-                &["consumergroup", "topic"],
-            ),
-            members: f("kafka_consumergroup_members", "Members of the group.", &["consumergroup"]),
-            topic_offset: f("kafka_topic_partition_current_offset", "The partition's log end offset.", &TP),
-            topic_oldest: f("kafka_topic_partition_oldest_offset", "The partition's log start offset.", &TP),
-            time_lag: f(
-                "sluice_lag_time_lag_seconds",
+            time_lag: Family::new(
+                r,
+                "time_lag_seconds",
                 "Age of the oldest record the group has not consumed (0: caught up).",
                 &GTP,
             ),
-            group_time_lag: f(
-                "sluice_lag_group_time_lag_seconds",
+            group_time_lag: Family::new(
+                r,
+                "group_time_lag_seconds",
                 "The group's largest partition time lag.",
                 &["consumergroup"],
             ),
-            produce_rate: f(
-                "sluice_lag_produce_rate",
+            produce_rate: Family::new(
+                r,
+                "produce_rate",
                 "Records appended to the partition per second (over the rate window).",
                 &TP,
             ),
-            consume_rate: f(
-                "sluice_lag_consume_rate",
+            consume_rate: Family::new(
+                r,
+                "consume_rate",
                 "Records the group consumed per second (over the rate window).",
                 &GTP,
             ),
-            velocity: f("sluice_lag_velocity", "Lag growth, records per second (produce minus consume).", &GTP),
-            drain: f(
-                "sluice_lag_drain_seconds",
+            velocity: Family::new(r, "velocity", "Lag growth, records per second (produce minus consume).", &GTP),
+            drain: Family::new(
+                r,
+                "drain_seconds",
                 "Seconds to consume the lag at the current rates (absent: not draining; a lag consumed within one poll: lag / consume rate).",
                 &GTP,
             ),
-            group_drain: f(
-                "sluice_lag_group_drain_seconds",
+            group_drain: Family::new(
+                r,
+                "group_drain_seconds",
                 "Seconds until the group's slowest partition drains (absent: one never does).",
                 &["consumergroup"],
             ),
-            headroom: f(
-                "sluice_lag_retention_headroom_seconds",
+            headroom: Family::new(
+                r,
+                "retention_headroom_seconds",
                 "Seconds until retention deletes the oldest unconsumed record.",
                 &GTP,
             ),
-            lost: f("sluice_lag_lost_records", "Records retention deleted before the group read them.", &GTP),
-            uncommitted: f("sluice_lag_uncommitted", "1 for a partition the group reads but never committed.", &GTP),
-            partition_status: f(
-                "sluice_lag_partition_status",
+            lost: Family::new(r, "lost_records", "Records retention deleted before the group read them.", &GTP),
+            uncommitted: Family::new(r, "uncommitted", "1 for a partition the group reads but never committed.", &GTP),
+            partition_status: Family::new(
+                r,
+                "partition_status",
                 "1, labelled with the partition's status.",
                 &["consumergroup", "topic", "partition", "status"],
             ),
-            group_status: f(
-                "sluice_lag_group_status",
+            group_status: Family::new(
+                r,
+                "group_status",
                 "1, labelled with the group's status (its worst partition's).",
                 &["consumergroup", "status"],
             ),
-            group_state: f(
-                "sluice_lag_group_state",
+            group_state: Family::new(
+                r,
+                "group_state",
                 "1, labelled with the group's state as the coordinator reports it.",
                 &["consumergroup", "state"],
             ),
-            rebalances: f("sluice_lag_rebalances", "Rebalances seen since sluice-lag started.", &["consumergroup"]),
-            rebalance_pause: f(
-                "sluice_lag_last_rebalance_pause_seconds",
+            rebalances: Family::new(r, "rebalances", "Rebalances seen since sluice-lag started.", &["consumergroup"]),
+            rebalance_pause: Family::new(
+                r,
+                "last_rebalance_pause_seconds",
                 "How long consumption stopped in the last rebalance (to a poll interval).",
                 &["consumergroup"],
             ),
-            rebalance_pauses,
-            paused_groups: Mutex::default(),
-            poll_duration,
-            poll_errors,
-            requests,
-            last_poll,
-            groups,
-            registry: r,
         }
     }
 
-    fn families(&self) -> [&Family; 22] {
+    fn families(&self) -> [&Family; 15] {
         [
-            &self.lag,
-            &self.lag_sum,
-            &self.current_offset,
-            &self.current_offset_sum,
-            &self.members,
-            &self.topic_offset,
-            &self.topic_oldest,
             &self.time_lag,
             &self.group_time_lag,
             &self.produce_rate,
@@ -244,6 +215,68 @@ impl Metrics {
             &self.rebalances,
             &self.rebalance_pause,
         ]
+    }
+}
+
+/// Every metric sluice-lag exports.
+#[derive(Debug)]
+pub struct Metrics {
+    pub registry: Registry,
+    exporter: Exporter,
+    own: Own,
+    /// Every rebalance's pause, per group (a group no longer watched is removed).
+    rebalance_pauses: HistogramVec,
+    paused_groups: Mutex<HashSet<String>>,
+    poll_duration: Histogram,
+    poll_errors: IntCounterVec,
+    requests: IntCounterVec,
+    last_poll: IntGauge,
+    groups: IntGauge,
+}
+
+const GTP: [&str; 3] = ["consumergroup", "topic", "partition"];
+const TP: [&str; 2] = ["topic", "partition"];
+
+impl Metrics {
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let kafka = Registrar::new(&registry, "kafka");
+        let own = Registrar::new(&registry, "sluice_lag");
+        let poll_errors = own.counters("poll_errors_total", "Failed reads in polls, by stage.", &["stage"]);
+        for stage in Stage::ALL {
+            poll_errors.with_label_values(&[stage.as_str()]);
+        }
+        let pauses = [1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0];
+        let poll_buckets = prometheus::exponential_buckets(0.005, 2.0, 14).expect("buckets");
+        Self {
+            exporter: Exporter::new(&kafka),
+            own: Own::new(&own),
+            rebalance_pauses: own.histograms(
+                "rebalance_pause_seconds",
+                "How long consumption stopped in each rebalance seen (to a poll interval).",
+                &["consumergroup"],
+                &pauses,
+            ),
+            paused_groups: Mutex::default(),
+            poll_duration: own.histogram(
+                "poll_duration_seconds",
+                "How long a poll of the cluster took.",
+                &poll_buckets,
+            ),
+            poll_errors,
+            requests: own.counters(
+                "requests_total",
+                "Kafka requests sent, by API (ApiVersions and SASL included).",
+                &["api"],
+            ),
+            last_poll: own.gauge("last_poll_timestamp_seconds", "When the last poll ended, Unix seconds."),
+            groups: own.gauge("groups", "Groups watched."),
+            registry,
+        }
+    }
+
+    fn families(&self) -> impl Iterator<Item = &Family> {
+        self.exporter.families().into_iter().chain(self.own.families())
     }
 
     /// Publishes a poll: its picture, how long it took, what failed.
@@ -291,19 +324,19 @@ impl Metrics {
 
     fn publish_group(&self, g: &crate::picture::GroupPicture) {
         let group = g.group.as_str();
-        self.group_status.set(&[group, g.status.status.as_str()], 1.0);
+        self.own.group_status.set(&[group, g.status.status.as_str()], 1.0);
         if let Some(state) = &g.state {
-            self.group_state.set(&[group, state], 1.0);
+            self.own.group_state.set(&[group, state], 1.0);
         }
         if let Some(m) = g.members {
-            self.members.set(&[group], m as f64);
+            self.exporter.members.set(&[group], m as f64);
         }
         if let Some(t) = g.time_lag_ms {
-            self.group_time_lag.set(&[group], t as f64 / 1000.0);
+            self.own.group_time_lag.set(&[group], t as f64 / 1000.0);
         }
-        self.rebalances.set(&[group], g.rebalances as f64);
+        self.own.rebalances.set(&[group], g.rebalances as f64);
         if let Some(p) = g.last_rebalance_pause_ms {
-            self.rebalance_pause.set(&[group], p as f64 / 1000.0);
+            self.own.rebalance_pause.set(&[group], p as f64 / 1000.0);
         }
         let drains: Vec<Option<f64>> = g
             .partitions
@@ -312,34 +345,34 @@ impl Metrics {
             .map(|p| p.drain_seconds)
             .collect();
         if drains.iter().all(Option::is_some) {
-            self.group_drain.set(&[group], drains.iter().flatten().fold(0.0, |a: f64, b| a.max(*b)));
+            self.own.group_drain.set(&[group], drains.iter().flatten().fold(0.0, |a: f64, b| a.max(*b)));
         }
         let mut sums: std::collections::BTreeMap<&str, (f64, f64, bool)> = std::collections::BTreeMap::new();
         for p in &g.partitions {
             let partition = p.partition.to_string();
             let (topic, labels) = (p.topic.as_str(), [group, p.topic.as_str(), partition.as_str()]);
-            self.partition_status.set(&[group, topic, &partition, p.status.status.as_str()], 1.0);
+            self.own.partition_status.set(&[group, topic, &partition, p.status.status.as_str()], 1.0);
             if let Some(log) = p.log {
-                self.topic_offset.set(&[topic, &partition], log.end as f64);
-                self.topic_oldest.set(&[topic, &partition], log.start as f64);
+                self.exporter.topic_offset.set(&[topic, &partition], log.end as f64);
+                self.exporter.topic_oldest.set(&[topic, &partition], log.start as f64);
             }
             match p.lag {
                 Some(crate::model::lag::Lag::Behind { records, lost, committed }) => {
-                    self.lag.set(&labels, records as f64);
-                    self.current_offset.set(&labels, committed as f64);
-                    self.lost.set(&labels, lost as f64);
+                    self.exporter.lag.set(&labels, records as f64);
+                    self.exporter.current_offset.set(&labels, committed as f64);
+                    self.own.lost.set(&labels, lost as f64);
                     let sum = sums.entry(topic).or_insert((0.0, 0.0, true));
                     (sum.0, sum.1) = (sum.0 + records as f64, sum.1 + committed as f64);
                 }
-                Some(crate::model::lag::Lag::Uncommitted) => self.uncommitted.set(&labels, 1.0),
+                Some(crate::model::lag::Lag::Uncommitted) => self.own.uncommitted.set(&labels, 1.0),
                 None => {}
             }
             let optional = [
-                (&self.time_lag, p.time_lag_ms.map(|t| t as f64 / 1000.0)),
-                (&self.consume_rate, p.consume_rate),
-                (&self.velocity, p.velocity),
-                (&self.drain, p.drain_seconds),
-                (&self.headroom, p.retention_headroom_ms.map(|h| h as f64 / 1000.0)),
+                (&self.own.time_lag, p.time_lag_ms.map(|t| t as f64 / 1000.0)),
+                (&self.own.consume_rate, p.consume_rate),
+                (&self.own.velocity, p.velocity),
+                (&self.own.drain, p.drain_seconds),
+                (&self.own.headroom, p.retention_headroom_ms.map(|h| h as f64 / 1000.0)),
             ];
             for (family, value) in optional {
                 if let Some(v) = value {
@@ -347,12 +380,12 @@ impl Metrics {
                 }
             }
             if let Some(rate) = p.produce_rate {
-                self.produce_rate.set(&[topic, &partition], rate);
+                self.own.produce_rate.set(&[topic, &partition], rate);
             }
         }
         for (topic, (lag, offset, _)) in sums {
-            self.lag_sum.set(&[group, topic], lag);
-            self.current_offset_sum.set(&[group, topic], offset);
+            self.exporter.lag_sum.set(&[group, topic], lag);
+            self.exporter.current_offset_sum.set(&[group, topic], offset);
         }
     }
 }

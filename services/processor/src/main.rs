@@ -30,7 +30,7 @@ fn main() -> anyhow::Result<()> {
     let deadline = runtime_config.shutdown_deadline;
     let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
     let result = tokio.block_on(async move {
-        let runtime = Runtime::new(runtime_config, "dex").context("starting the runtime")?;
+        let runtime = Runtime::new(runtime_config, sluice_dex::handler::IDENTITY).context("starting the runtime")?;
         let expect = runtime.recorded_generation().await.context("reading the group's committed offsets")?;
         let handler = DexHandler::new(dex_config, &redis_config, runtime.metrics(), expect)?;
         runtime.run(handler, signal::shutdown(), |_| {}).await.context("processor")

@@ -17,7 +17,7 @@
 //! ```
 
 use sluice_runtime::sink::{RedisConfig, RedisSink, StateStore};
-use sluice_runtime::{HandleError, Handled, Handler, NotReady, Record, Runtime, RuntimeConfig};
+use sluice_runtime::{HandleError, Handled, Handler, Identity, NotReady, Record, Runtime, RuntimeConfig};
 use sluice_service::env::EnvReader;
 
 struct SeenKeys {
@@ -48,6 +48,9 @@ impl Handler for SeenKeys {
     }
 }
 
+/// Its series are `sluice_seen_keys_*`, its readiness gauge `sluice_seen_keys_ready`.
+const IDENTITY: Identity = Identity { service: "seen_keys", metric_prefix: "sluice_seen_keys", workload: "seen_keys" };
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     sluice_service::telemetry::init();
@@ -57,7 +60,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let redis = RedisConfig::read(&mut env);
     env.finish()?;
     let (config, redis) = config.zip(redis).ok_or("incomplete configuration")?;
-    let runtime = Runtime::new(config, "seen_keys")?;
+    let runtime = Runtime::new(config, IDENTITY)?;
     // Writes only into the Redis its earlier commits were made against.
     let state = StateStore { prefix: "seen-keys:".into(), expect: runtime.recorded_generation().await? };
     let handler = SeenKeys { redis: RedisSink::start(&redis, Vec::new(), runtime.metrics(), state)? };

@@ -1,8 +1,9 @@
 //! Every metric the runtime exports, registered in one place.
 //!
-//! Names follow `sluice_processor_<thing>_<unit>`; labels are low
-//! cardinality (topic, partition, outcome, kind, sink): never a key. Every
-//! series carries `workload` and `consumergroup`, constant per process.
+//! Names follow `<prefix>_<thing>_<unit>`, the prefix the workload's
+//! [`Identity`] gives (`sluice_processor` for the DEX processor); labels are
+//! low cardinality (topic, partition, outcome, kind, sink): never a key.
+//! Every series carries `workload` and `consumergroup`, constant per process.
 
 use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 use sluice_service::label;
@@ -58,32 +59,29 @@ label! {
     CommitResult { Sent => "sent", Ok => "ok", TransactionFailed => "transaction_failed" }
 }
 
-const PREFIX: &str = "sluice_processor";
+/// Who runs the runtime: the names its series, admin server and logs use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Identity {
+    /// The service's name in its logs and its readiness gauge (`sluice_<service>_ready`:
+    /// letters, digits and underscores), e.g. `processor`.
+    pub service: &'static str,
+    /// Every runtime series is `<metric_prefix>_<thing>`, e.g. `sluice_processor`.
+    pub metric_prefix: &'static str,
+    /// The `workload` label of every series, e.g. `dex`.
+    pub workload: &'static str,
+}
 
-impl RuntimeMetrics {
-    /// Creates and registers every metric in a fresh registry whose series
-    /// all carry `workload` and `consumergroup` (the workload's metrics too,
-    /// registered in [`RuntimeMetrics::registry`]).
-    pub fn new(workload: &str, group: &str) -> Self {
-        let labels = [("workload", workload), ("consumergroup", group)];
-        let labels = labels.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let registry = Registry::new_custom(None, Some(labels)).expect("constant label names are valid");
-        let latency = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
-        let e2e = [0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
-        let batch = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
-        let r = Registrar::new(&registry, PREFIX);
-        let metrics = Self {
-            messages: r.counters("messages_total", "Records finished, by outcome", &["outcome"]),
-            handle_seconds: r.histogram(
-                "handle_duration_seconds",
-                "Time from a record's permit to its completion",
-                &latency,
-            ),
-            end_to_end_seconds: r.histogram(
-                "end_to_end_latency_seconds",
-                "Time from a record's event time to its completion",
-                &e2e,
-            ),
+/// The per-partition gauges (the owner's view of each partition it owns).
+struct PartitionSeries {
+    in_flight: IntGaugeVec,
+    committed_offset: IntGaugeVec,
+    high_watermark: IntGaugeVec,
+    paused: IntGaugeVec,
+}
+
+impl PartitionSeries {
+    fn new(r: &Registrar<'_>) -> Self {
+        Self {
             in_flight: r.gauges(
                 "in_flight_records",
                 "Records received and not complete, per partition",
@@ -92,8 +90,8 @@ impl RuntimeMetrics {
             committed_offset: r.gauges(
                 "committed_offset",
                 "The owner's view: last offset it committed, per partition it owns (librdkafka statistics, \
-                     every 5 s; with exactly-once outputs, each transaction's offsets; gone on revoke). The \
-                     group's lag is sluice-lag's kafka_consumergroup_lag",
+                         every 5 s; with exactly-once outputs, each transaction's offsets; gone on revoke). The \
+                         group's lag is sluice-lag's kafka_consumergroup_lag",
                 &["topic", "partition"],
             ),
             high_watermark: r.gauges(
@@ -105,6 +103,39 @@ impl RuntimeMetrics {
                 "partition_paused",
                 "1 while a partition is paused (budget full or stalled)",
                 &["partition"],
+            ),
+        }
+    }
+}
+
+impl RuntimeMetrics {
+    /// Creates and registers every metric in a fresh registry whose series
+    /// all carry `workload` and `consumergroup` (the workload's metrics too,
+    /// registered in [`RuntimeMetrics::registry`]).
+    pub fn new(identity: &Identity, group: &str) -> Self {
+        let labels = [("workload", identity.workload), ("consumergroup", group)];
+        let labels = labels.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let registry = Registry::new_custom(None, Some(labels)).expect("constant label names are valid");
+        let latency = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+        let e2e = [0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
+        let batch = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
+        let r = Registrar::new(&registry, identity.metric_prefix);
+        let PartitionSeries { in_flight, committed_offset, high_watermark, paused } = PartitionSeries::new(&r);
+        let metrics = Self {
+            in_flight,
+            committed_offset,
+            high_watermark,
+            paused,
+            messages: r.counters("messages_total", "Records finished, by outcome", &["outcome"]),
+            handle_seconds: r.histogram(
+                "handle_duration_seconds",
+                "Time from a record's permit to its completion",
+                &latency,
+            ),
+            end_to_end_seconds: r.histogram(
+                "end_to_end_latency_seconds",
+                "Time from a record's event time to its completion",
+                &e2e,
             ),
             commits: r.counters(
                 "commits_total",

@@ -14,7 +14,7 @@ use crate::config::RuntimeConfig;
 use crate::consumer;
 use crate::handler::Handler;
 use crate::health::Health;
-use crate::metrics::RuntimeMetrics;
+use crate::metrics::{Identity, RuntimeMetrics};
 use crate::outcome::DeadLetters;
 use crate::output::{self, KafkaSink};
 use crate::partition::Budget;
@@ -44,6 +44,7 @@ pub enum RuntimeError {
 #[derive(Debug)]
 pub struct Runtime {
     config: RuntimeConfig,
+    identity: Identity,
     metrics: RuntimeMetrics,
     health: Arc<Health>,
     kafka: KafkaSink,
@@ -59,16 +60,17 @@ pub struct RuntimeHandle {
 }
 
 impl Runtime {
-    /// Creates the metrics, labelled `workload` (the binary's name for what
-    /// it runs, e.g. `dex`) and `consumergroup`, so two workloads scraped in
-    /// one namespace keep their series apart, and the Kafka output. A
+    /// Creates the metrics, named with the workload's prefix and labelled
+    /// `workload` (e.g. `dex`) and `consumergroup`, so two workloads scraped
+    /// in one namespace keep their series apart, and the Kafka output. A
     /// workload that needs Redis starts its own [`crate::sink::RedisSink`]
     /// with [`Runtime::metrics`], and reports it in [`Handler::ready`].
     /// Must run inside a tokio runtime.
-    pub fn new(config: RuntimeConfig, workload: &str) -> Result<Self, RuntimeError> {
-        let metrics = RuntimeMetrics::new(workload, &config.group_id);
+    pub fn new(config: RuntimeConfig, identity: Identity) -> Result<Self, RuntimeError> {
+        let metrics = RuntimeMetrics::new(&identity, &config.group_id);
         let kafka = KafkaSink::new(&config.kafka, metrics.clone())?;
-        Ok(Self { config, metrics, health: Arc::new(Health::default()), kafka, recorded: Default::default() })
+        let health = Arc::new(Health::default());
+        Ok(Self { config, identity, metrics, health, kafka, recorded: Default::default() })
     }
 
     /// What the store a stateful workload writes must carry: the state
@@ -130,36 +132,11 @@ impl Runtime {
             Some((txn, driver)) => (Some(txn), Some(driver)),
             None => (None, None),
         };
-        let shared = Arc::new(Shared {
-            handler: handler.clone(),
-            permits: Arc::new(Semaphore::new(self.config.concurrency)),
-            kafka: self.kafka.clone(),
-            txn: txn.clone(),
-            dead_letters: DeadLetters {
-                topic: Arc::from(self.config.dlq_topic.as_str()),
-                group: self.config.group_id.clone(),
-            },
-            retry: self.config.retry,
-            budget: Budget {
-                max_records: self.config.max_in_flight_per_partition,
-                max_bytes: self.config.max_bytes_per_partition,
-                resume_fraction: self.config.resume_fraction,
-            },
-            metrics: self.metrics.clone(),
-            health: self.health.clone(),
-        });
-
+        let shared = self.shared(handler.clone(), txn.clone());
         let (admin_stop, admin_stopped) = tokio::sync::oneshot::channel::<()>();
-        let ready = {
-            let (health, handler) = (self.health.clone(), handler.clone());
-            Arc::new(move || readiness(&health, handler.as_ref())) as admin::ReadyCheck
-        };
-        let (admin_addr, admin_task) =
-            admin::serve(self.config.admin_listen, "processor", self.metrics.registry.clone(), ready, async {
-                let _ = admin_stopped.await;
-            })
-            .await?;
-        tracing::info!(%admin_addr, topic = %self.config.input_topic, group = %self.config.group_id, "Processor running");
+        let (admin_addr, admin_task) = self.serve_admin(&handler, admin_stopped).await?;
+        let service = self.identity.service;
+        tracing::info!(%admin_addr, topic = %self.config.input_topic, group = %self.config.group_id, service, "Running");
         started(RuntimeHandle { admin_addr, health: self.health.clone() });
 
         let thread = consumer::start(&self.config, shared, self.metrics.clone(), self.health.clone(), recorded)?;
@@ -204,6 +181,45 @@ impl Runtime {
 }
 
 impl Runtime {
+    /// What every partition worker shares.
+    fn shared<H: Handler>(&self, handler: Arc<H>, txn: Option<Arc<Transactions>>) -> Arc<Shared<H>> {
+        Arc::new(Shared {
+            handler,
+            permits: Arc::new(Semaphore::new(self.config.concurrency)),
+            kafka: self.kafka.clone(),
+            txn,
+            dead_letters: DeadLetters {
+                topic: Arc::from(self.config.dlq_topic.as_str()),
+                group: self.config.group_id.clone(),
+            },
+            retry: self.config.retry,
+            budget: Budget {
+                max_records: self.config.max_in_flight_per_partition,
+                max_bytes: self.config.max_bytes_per_partition,
+                resume_fraction: self.config.resume_fraction,
+            },
+            metrics: self.metrics.clone(),
+            health: self.health.clone(),
+        })
+    }
+
+    /// The admin server (`/live`, `/ready`, `/metrics`) until `stop` resolves.
+    async fn serve_admin<H: Handler>(
+        &self,
+        handler: &Arc<H>,
+        stop: tokio::sync::oneshot::Receiver<()>,
+    ) -> std::io::Result<(std::net::SocketAddr, tokio::task::JoinHandle<std::io::Result<()>>)> {
+        let ready = {
+            let (health, handler) = (self.health.clone(), handler.clone());
+            Arc::new(move || readiness(&health, handler.as_ref())) as admin::ReadyCheck
+        };
+        let registry = self.metrics.registry.clone();
+        admin::serve(self.config.admin_listen, self.identity.service, registry, ready, async {
+            let _ = stop.await;
+        })
+        .await
+    }
+
     /// Exactly-once mode: the transactional producer, initialised (which
     /// waits for Kafka's transaction coordinator), and its driver thread.
     async fn start_transactions<H: Handler>(

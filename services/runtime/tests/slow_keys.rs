@@ -17,8 +17,11 @@ use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedPr
 use rdkafka::{Offset, TopicPartitionList};
 use sluice_kafka::topics::TopicSpec;
 use sluice_kafka::{KafkaConfig, ensure_topics};
-use sluice_runtime::{HandleError, Handled, Handler, Record, Runtime, RuntimeConfig};
+use sluice_runtime::{HandleError, Handled, Handler, Identity, Record, Runtime, RuntimeConfig};
 use sluice_service::env::EnvReader;
+
+/// Its own names: the runtime takes its series' prefix from the workload.
+const IDENTITY: Identity = Identity { service: "slow_keys", metric_prefix: "sluice_slow_keys", workload: "slow_keys" };
 
 const PARTITIONS: i32 = 4;
 const KEYS: usize = 200;
@@ -97,7 +100,7 @@ async fn one_percent_of_keys_100x_slower_hold_back_nothing_else() {
     // 1% of the keys: keys 0 and 100 (both in partition 0).
     let slow: HashSet<Vec<u8>> = [key(0), key(100)].into_iter().collect();
     let handler = Arc::new(Paced { slow: slow.clone(), started: Instant::now(), done: Mutex::new(HashMap::new()) });
-    let runtime = Runtime::new(config, "slow_keys").unwrap();
+    let runtime = Runtime::new(config, IDENTITY).unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let (started, admin) = tokio::sync::oneshot::channel();
     let running =
@@ -128,7 +131,7 @@ async fn one_percent_of_keys_100x_slower_hold_back_nothing_else() {
     let (_, metrics) = metrics.expect("the admin server answers /metrics");
     let series: Vec<&str> = metrics.lines().filter(|l| !l.starts_with('#') && !l.is_empty()).collect();
     let labels = [r#"workload="slow_keys""#.to_string(), format!(r#"consumergroup="{group}""#)];
-    assert!(series.iter().any(|l| l.starts_with("sluice_processor_messages_total")), "{metrics}");
+    assert!(series.iter().any(|l| l.starts_with("sluice_slow_keys_messages_total")), "{metrics}");
     for line in &series {
         assert!(labels.iter().all(|l| line.contains(l.as_str())), "a series without the workload's labels: {line}");
         assert!(!line.contains(r#""redis""#), "a Redis series from a workload without Redis: {line}");

@@ -131,7 +131,7 @@ impl Transactions {
                 Ok(outcome)
             }
             Err(e) => {
-                tracing::error!(error = %e, "Exactly-once outputs cannot go on; the processor stops (its open transaction is aborted by the broker)");
+                tracing::error!(error = %e, "Exactly-once outputs cannot go on; the service stops (its open transaction is aborted by the broker)");
                 self.lock().failed = Some(e.0.clone());
                 Err(e)
             }

@@ -13,6 +13,7 @@ use std::time::Duration;
 use sluice_kafka::KafkaConfig;
 
 use super::*;
+use crate::metrics::Identity;
 
 /// Fails each listed offset transiently that many times, sleeps on
 /// `slow` for a minute, and handles everything else at once.
@@ -40,7 +41,7 @@ impl Handler for Fake {
 }
 
 fn shared(handler: Fake, retry: RetryPolicy) -> Arc<Shared<Fake>> {
-    let metrics = RuntimeMetrics::new("test", "g");
+    let metrics = RuntimeMetrics::new(&Identity { service: "test", metric_prefix: "test", workload: "test" }, "g");
     Arc::new(Shared {
         handler: Arc::new(handler),
         permits: Arc::new(Semaphore::new(8)),
