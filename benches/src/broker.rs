@@ -285,7 +285,7 @@ pub fn start_processor(
         }),
         Mode::Kafka => Instance::start(runtime_config, |rt| {
             let outputs = InMemory::new(traffic.tokens());
-            let inner = DexHandler::with_outputs(dex, outputs, &rt.metrics().registry)?;
+            let inner = DexHandler::with_outputs(dex, outputs, &rt.metrics().registry);
             Ok(Measured { inner, probe })
         }),
     }

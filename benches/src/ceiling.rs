@@ -225,19 +225,7 @@ pub fn run(
     timeout: Duration,
 ) -> Result<Ceiling> {
     anyhow::ensure!(!swaps.is_empty(), "no swap payloads to produce");
-    let consumer: BaseConsumer = config.consumer_client().create()?;
-    consumer.subscribe(&[&config.input_topic])?;
-    let mut producer_config = sluice_runtime::output::producer_config(&config.kafka);
-    if transactions.is_some() {
-        producer_config
-            .set("transactional.id", format!("{}.ceiling", config.group_id))
-            .set("transaction.timeout.ms", "60000");
-    }
-    let producer: BaseProducer<Acks> = producer_config.create_with_context(Acks::default())?;
-    if transactions.is_some() {
-        producer.init_transactions(Duration::from_secs(30))?;
-        producer.begin_transaction()?;
-    }
+    let (consumer, producer) = clients(config, transactions.is_some())?;
     let deadline = Instant::now() + timeout;
     let mut positions = Positions::default();
     let (mut records, mut batches, mut round_trips) = (0u64, 0u64, 0u64);
@@ -249,15 +237,7 @@ pub fn run(
         if Instant::now() > deadline {
             bail!("ceiling: {records} of {expected} records after {timeout:?}");
         }
-        batch.clear();
-        let mut wait = Duration::from_millis(100);
-        while batch.len() < BATCH {
-            let Some(message) = consumer.poll(wait) else { break };
-            let message = message?;
-            wait = Duration::ZERO;
-            let key = message.key().unwrap_or_default().to_vec();
-            batch.push(Input { partition: message.partition(), offset: message.offset(), key });
-        }
+        fill(&consumer, &mut batch)?;
         if batch.is_empty() {
             producer.poll(Duration::ZERO);
             positions.settle(producer.context())?;
@@ -290,17 +270,7 @@ pub fn run(
             _ => {}
         }
     }
-    if transactions.is_some() {
-        commit_transaction(&producer, &consumer, &mut positions, &config.input_topic)?;
-    }
-    producer.flush(Duration::from_secs(30))?;
-    positions.settle(producer.context())?;
-    if positions.incomplete() > 0 {
-        bail!("{} records without an acknowledged output after the flush", positions.incomplete());
-    }
-    if transactions.is_none() {
-        positions.commit(&consumer, &config.input_topic, CommitMode::Sync)?;
-    }
+    finish(&producer, &consumer, &mut positions, &config.input_topic, transactions.is_some())?;
     let start = first.unwrap_or(last);
     let seconds = last.duration_since(start).as_secs_f64();
     Ok(Ceiling {
@@ -318,6 +288,63 @@ pub fn run(
         redis_round_trips: round_trips,
         redis_commands: if redis.is_some() { records } else { 0 },
     })
+}
+
+/// The consumer of the processor's input (its group) and the producer of the outputs;
+/// `transactional`: the producer's transactions initialised and the first begun.
+fn clients(config: &RuntimeConfig, transactional: bool) -> Result<(BaseConsumer, BaseProducer<Acks>)> {
+    let consumer: BaseConsumer = config.consumer_client().create()?;
+    consumer.subscribe(&[&config.input_topic])?;
+    let mut producer_config = sluice_runtime::output::producer_config(&config.kafka);
+    if transactional {
+        producer_config
+            .set("transactional.id", format!("{}.ceiling", config.group_id))
+            .set("transaction.timeout.ms", "60000");
+    }
+    let producer: BaseProducer<Acks> = producer_config.create_with_context(Acks::default())?;
+    if transactional {
+        producer.init_transactions(Duration::from_secs(30))?;
+        producer.begin_transaction()?;
+    }
+    Ok((consumer, producer))
+}
+
+/// Refills `batch` with up to `BATCH` records: waits up to 100 ms for the first, then takes
+/// only what is already fetched.
+fn fill(consumer: &BaseConsumer, batch: &mut Vec<Input>) -> Result<()> {
+    batch.clear();
+    let mut wait = Duration::from_millis(100);
+    while batch.len() < BATCH {
+        let Some(message) = consumer.poll(wait) else { break };
+        let message = message?;
+        wait = Duration::ZERO;
+        let key = message.key().unwrap_or_default().to_vec();
+        batch.push(Input { partition: message.partition(), offset: message.offset(), key });
+    }
+    Ok(())
+}
+
+/// After the last record: the last transaction committed (or the outputs flushed and the
+/// offsets committed synchronously); fails if any output went unacknowledged.
+fn finish(
+    producer: &BaseProducer<Acks>,
+    consumer: &BaseConsumer,
+    positions: &mut Positions,
+    topic: &str,
+    transactional: bool,
+) -> Result<()> {
+    if transactional {
+        commit_transaction(producer, consumer, positions, topic)?;
+    }
+    producer.flush(Duration::from_secs(30))?;
+    positions.settle(producer.context())?;
+    if positions.incomplete() > 0 {
+        bail!("{} records without an acknowledged output after the flush", positions.incomplete());
+    }
+    if !transactional {
+        positions.commit(consumer, topic, CommitMode::Sync)?;
+    }
+    Ok(())
 }
 
 /// Enqueues one output, serving acknowledgements while librdkafka's queue is full.
@@ -338,7 +365,7 @@ fn send(producer: &BaseProducer<Acks>, topic: &str, key: &[u8], payload: &[u8], 
 /// produce: the same sizes and content, so the same compression.
 pub async fn swap_payloads(traffic: &Traffic, records: usize) -> Result<Vec<Vec<u8>>> {
     let config = DexConfig::read(&mut EnvReader::from_vars("X_", Vec::new()));
-    let handler = DexHandler::with_outputs(config, InMemory::new(traffic.tokens()), &prometheus::Registry::new())?;
+    let handler = DexHandler::with_outputs(config, InMemory::new(traffic.tokens()), &prometheus::Registry::new());
     let topic: Arc<str> = Arc::from("swaps");
     let mut payloads = Vec::new();
     for j in 0..records.min(traffic.records.len()) {

@@ -1,6 +1,6 @@
 //! The broker stress run (`stress --mode kafka|full`) as a table on stdout.
 
-use crate::broker::Figures;
+use crate::broker::{Backlog, ExactlyOnceDrains, Figures};
 use crate::cost::Cost;
 
 #[allow(clippy::print_stdout)]
@@ -24,8 +24,17 @@ fn cost_line(label: &str, c: &Cost) {
 
 #[allow(clippy::print_stdout)]
 pub fn print(f: &Figures) {
-    let b = &f.backlog;
     println!("mode stress/{:?} ({} distinct records)", f.mode, f.distinct_records);
+    backlog_lines(&f.backlog);
+    if let Some(max) = f.max_sustained_rate {
+        println!("  max sustained      {max:>10.0} records/s (feeder running; {} trials)", f.ramp.len());
+    }
+    open_loop_lines(f);
+}
+
+/// The backlog drains: the bare consumer, the fair ceiling, the processor, exactly-once.
+#[allow(clippy::print_stdout)]
+fn backlog_lines(b: &Backlog) {
     println!("  backlog produce    {:>10.0} records/s", b.produce.records_per_sec);
     println!("  bare consumer      {:>10.0} records/s (the client's own ceiling)", b.bare_consumer.records_per_sec);
     cost_line("", &b.bare_consumer_cost);
@@ -47,35 +56,43 @@ pub fn print(f: &Figures) {
     );
     cost_line("", &b.processor_cost);
     if let Some(e) = &b.exactly_once {
-        let rates = |d: &[crate::broker::Drain]| {
-            d.iter().map(|d| format!("{:.0}", d.records_per_sec)).collect::<Vec<_>>().join(", ")
-        };
-        let (a, x) = (&e.at_least_once_median, &e.exactly_once_median);
-        println!(
-            "  exactly-once {:>4} ms: median {:.0} records/s = {:.3} × at-least-once's {:.0} (paired: {:.3}; drains {} vs {}); \
-             system CPU-µs/record {:.2} vs {:.2}, processor {:.2} vs {:.2}; {} transactions committed, {} aborted",
-            e.interval_ms,
-            x.records_per_sec,
-            e.over_at_least_once,
-            a.records_per_sec,
-            e.over_at_least_once_paired,
-            rates(&e.exactly_once),
-            rates(&e.at_least_once),
-            x.system_cpu_us_per_record,
-            a.system_cpu_us_per_record,
-            x.process_cpu_us_per_record,
-            a.process_cpu_us_per_record,
-            e.transactions_committed,
-            e.transactions_aborted
-        );
-        for d in &e.exactly_once {
-            cost_line("exactly-once", &d.cost);
-        }
+        exactly_once_lines(e);
     }
-    if let Some(max) = f.max_sustained_rate {
-        println!("  max sustained      {max:>10.0} records/s (feeder running; {} trials)", f.ramp.len());
+}
+
+/// The exactly-once drains against the at-least-once ones.
+#[allow(clippy::print_stdout)]
+fn exactly_once_lines(e: &ExactlyOnceDrains) {
+    let rates = |d: &[crate::broker::Drain]| {
+        d.iter().map(|d| format!("{:.0}", d.records_per_sec)).collect::<Vec<_>>().join(", ")
+    };
+    let (a, x) = (&e.at_least_once_median, &e.exactly_once_median);
+    println!(
+        "  exactly-once {:>4} ms: median {:.0} records/s = {:.3} × at-least-once's {:.0} (paired: {:.3}; drains {} vs {}); \
+         system CPU-µs/record {:.2} vs {:.2}, processor {:.2} vs {:.2}; {} transactions committed, {} aborted",
+        e.interval_ms,
+        x.records_per_sec,
+        e.over_at_least_once,
+        a.records_per_sec,
+        e.over_at_least_once_paired,
+        rates(&e.exactly_once),
+        rates(&e.at_least_once),
+        x.system_cpu_us_per_record,
+        a.system_cpu_us_per_record,
+        x.process_cpu_us_per_record,
+        a.process_cpu_us_per_record,
+        e.transactions_committed,
+        e.transactions_aborted
+    );
+    for d in &e.exactly_once {
+        cost_line("exactly-once", &d.cost);
     }
-    let o = &f.open_loop;
+}
+
+/// The open loop at its target rate: latency, cost, batching; the exactly-once open loop.
+#[allow(clippy::print_stdout)]
+fn open_loop_lines(f: &Figures) {
+    let (b, o) = (&f.backlog, &f.open_loop);
     let l = &o.latency;
     let ms = |ns: u64| ns as f64 / 1e6;
     println!("  open loop          {:>10.0} records/s target, {:.0} achieved", o.target_rate, o.records_per_sec);

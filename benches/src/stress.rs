@@ -15,7 +15,10 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
 
 use serde::Serialize;
 use sluice_dex::outputs::InMemory;
@@ -70,9 +73,7 @@ pub fn in_process(duration: Duration, workers: usize, transactions: u64) -> Figu
     let tokens = traffic.tokens();
     drop(traffic);
     let config = DexConfig::read(&mut EnvReader::from_vars("X_", Vec::new()));
-    let handler = Arc::new(
-        DexHandler::with_outputs(config, InMemory::new(tokens), &prometheus::Registry::new()).expect("handler"),
-    );
+    let handler = Arc::new(DexHandler::with_outputs(config, InMemory::new(tokens), &prometheus::Registry::new()));
     // Called as the runtime calls it: a batch of what a partition has
     // ready, up to the handler's size, or one record at a time.
     let per_call = match handler.batching() {
@@ -85,62 +86,12 @@ pub fn in_process(duration: Duration, workers: usize, transactions: u64) -> Figu
     let stop = Arc::new(AtomicBool::new(false));
     let cpu_before = machine::cpu_time("self");
     let started = Instant::now();
-    let progress = {
-        let (done, stop) = (done.clone(), stop.clone());
-        std::thread::spawn(move || {
-            loop {
-                std::thread::sleep(Duration::from_secs(1));
-                if stop.load(Ordering::Relaxed) {
-                    break;
-                }
-                let elapsed = started.elapsed().as_secs_f64();
-                let n = done.load(Ordering::Relaxed);
-                eprint!(
-                    "\r  [{:>5.1}/{:.0} s] {:>12} records  {:>10.0} rec/s   ",
-                    elapsed,
-                    duration.as_secs_f64(),
-                    n,
-                    n as f64 / elapsed
-                );
-            }
-            eprintln!();
-        })
-    };
+    let progress = progress(done.clone(), stop.clone(), started, duration);
+    let end = started + duration;
     let (histograms, records, published) = runtime.block_on(async {
         let tasks: Vec<_> = lanes
             .into_iter()
-            .map(|lane| {
-                let (handler, done) = (handler.clone(), done.clone());
-                tokio::spawn(async move {
-                    let mut h = histogram();
-                    let end = started + duration;
-                    // Counted locally, shared once a chunk: a shared counter
-                    // bumped per record would measure line bouncing.
-                    let (mut records, mut published) = (0u64, 0u64);
-                    'outer: loop {
-                        for chunk in lane.chunks(per_call) {
-                            if Instant::now() >= end {
-                                break 'outer;
-                            }
-                            let t0 = Instant::now();
-                            // Received: the consumer copies each message's key and
-                            // payload out of librdkafka's buffer into a Record.
-                            let batch = chunk.to_vec();
-                            // The swaps the runtime would enqueue on the producer.
-                            for handled in handler.handle_batch(&batch).await.into_iter().flatten() {
-                                published += handled.publish.len() as u64;
-                            }
-                            // Each record of a batch waits for the whole batch.
-                            let _ = h.record_n((t0.elapsed().as_nanos() as u64).max(1), chunk.len() as u64);
-                            records += chunk.len() as u64;
-                            done.fetch_add(chunk.len() as u64, Ordering::Relaxed);
-                        }
-                        // Replay: fresh pool states keep the applies real.
-                        handler.outputs().reset_pools();
-                    }
-                    (h, records, published)
-                })
-            })
+            .map(|lane| tokio::spawn(run_lane(handler.clone(), lane, per_call, end, done.clone())))
             .collect();
         let (mut merged, mut records, mut published) = (histogram(), 0, 0);
         for t in tasks {
@@ -169,6 +120,65 @@ pub fn in_process(duration: Duration, workers: usize, transactions: u64) -> Figu
         peak_rss_mib: machine::peak_rss_mib(),
         swaps_published: published,
     }
+}
+
+/// A thread printing the records done so far every second, until `stop`.
+fn progress(done: Arc<AtomicU64>, stop: Arc<AtomicBool>, started: Instant, duration: Duration) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let elapsed = started.elapsed().as_secs_f64();
+            let n = done.load(Ordering::Relaxed);
+            eprint!(
+                "\r  [{:>5.1}/{:.0} s] {:>12} records  {:>10.0} rec/s   ",
+                elapsed,
+                duration.as_secs_f64(),
+                n,
+                n as f64 / elapsed
+            );
+        }
+        eprintln!();
+    })
+}
+
+/// One worker: hands the handler its lane's records in order, `per_call` at a time, replaying
+/// the lane until `end`. Returns its latency histogram, records handled and swaps published.
+async fn run_lane(
+    handler: Arc<DexHandler<InMemory>>,
+    lane: Vec<Record>,
+    per_call: usize,
+    end: Instant,
+    done: Arc<AtomicU64>,
+) -> (Histogram<u64>, u64, u64) {
+    let mut h = histogram();
+    // Counted locally, shared once a chunk: a shared counter
+    // bumped per record would measure line bouncing.
+    let (mut records, mut published) = (0u64, 0u64);
+    'outer: loop {
+        for chunk in lane.chunks(per_call) {
+            if Instant::now() >= end {
+                break 'outer;
+            }
+            let t0 = Instant::now();
+            // Received: the consumer copies each message's key and
+            // payload out of librdkafka's buffer into a Record.
+            let batch = chunk.to_vec();
+            // The swaps the runtime would enqueue on the producer.
+            for handled in handler.handle_batch(&batch).await.into_iter().flatten() {
+                published += handled.publish.len() as u64;
+            }
+            // Each record of a batch waits for the whole batch.
+            let _ = h.record_n((t0.elapsed().as_nanos() as u64).max(1), chunk.len() as u64);
+            records += chunk.len() as u64;
+            done.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        }
+        // Replay: fresh pool states keep the applies real.
+        handler.outputs().reset_pools();
+    }
+    (h, records, published)
 }
 
 /// The run as a table on stdout.

@@ -199,6 +199,9 @@ part_static() {
   python3 "$REPO_ROOT/deploy/local/static/errors.py" services/*/src benches/src \
     || die "production code returns errors that are only strings (above)"
   echo "no production function returns Result<_, String> or uses anyhow::Error::msg"
+  python3 "$REPO_ROOT/deploy/local/static/lengths.py" services/*/src benches/src \
+    || die "production functions over 80 lines (above): split them into steps"
+  echo "no production function over 80 lines"
 
   say "checking the documentation's links"
   local pages

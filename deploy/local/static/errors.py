@@ -7,17 +7,16 @@ ARCHITECTURE.md, "Across the crates". Tests are exempt: files named `tests.rs` o
 
 Usage: errors.py SRC_DIR…   exit 1 and every site printed with its file and line
 """
-import pathlib
 import re
 import sys
+
+from source import production_files
 
 STRING_ERROR = re.compile(r"Result<(?:[^<>]|<(?:[^<>]|<[^<>]*>)*>)*,\s*String\s*>")
 MSG = re.compile(r"anyhow::Error::msg")
 
 
 def production_lines(path):
-    if path.name == "tests.rs" or "tests" in path.parts:
-        return
     for number, line in enumerate(path.read_text().splitlines(), 1):
         if line.strip().startswith("#[cfg(test)]"):
             return
@@ -27,12 +26,11 @@ def production_lines(path):
 
 def main(dirs):
     found = 0
-    for d in dirs:
-        for path in sorted(pathlib.Path(d).rglob("*.rs")):
-            for number, code in production_lines(path):
-                if STRING_ERROR.search(code) or MSG.search(code):
-                    print(f"{path}:{number}: {code.strip()}")
-                    found += 1
+    for path in production_files(dirs):
+        for number, code in production_lines(path):
+            if STRING_ERROR.search(code) or MSG.search(code):
+                print(f"{path}:{number}: {code.strip()}")
+                found += 1
     if found:
         print(f"{found} errors that are only strings: give them a type (thiserror) a caller can match")
     return 1 if found else 0

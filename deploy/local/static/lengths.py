@@ -8,9 +8,10 @@ and everything from a file's `#[cfg(test)]` on.
 Usage: lengths.py [--max N] SRC_DIR…   exit 1 and every long function printed with its
 file, line and length
 """
-import pathlib
 import re
 import sys
+
+from source import production_files
 
 FN = re.compile(r"^\s*(?:pub(?:\([a-z:]+\))?\s+)?(?:const\s+)?(?:async\s+)?(?:unsafe\s+)?fn\s+([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -18,8 +19,6 @@ FN = re.compile(r"^\s*(?:pub(?:\([a-z:]+\))?\s+)?(?:const\s+)?(?:async\s+)?(?:un
 def production_text(path):
     """The file's lines up to its `#[cfg(test)]`, with comments, strings and chars blanked
     (their braces do not count)."""
-    if path.name == "tests.rs" or "tests" in path.parts:
-        return []
     text = path.read_text()
     cut = re.search(r"^\s*#\[cfg\(test\)\]", text, re.M)
     if cut:
@@ -59,12 +58,11 @@ def main(args):
     if args[:1] == ["--max"]:
         limit, args = int(args[1]), args[2:]
     found = 0
-    for d in args:
-        for path in sorted(pathlib.Path(d).rglob("*.rs")):
-            for name, line, length in functions(production_text(path)):
-                if length > limit:
-                    print(f"{path}:{line}: {name} is {length} lines")
-                    found += 1
+    for path in production_files(args):
+        for name, line, length in functions(production_text(path)):
+            if length > limit:
+                print(f"{path}:{line}: {name} is {length} lines")
+                found += 1
     if found:
         print(f"{found} production functions over {limit} lines: split them into steps")
     return 1 if found else 0

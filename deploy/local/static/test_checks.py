@@ -5,7 +5,9 @@ leave alone a parent using its child, paths in comments and strings, and a layer
 links.py must report a missing file and a missing heading, and accept GitHub's anchors of
 headings with code and punctuation, repeated headings, and links inside code. errors.py must
 report `Result<_, String>` (nested generics too) and `anyhow::Error::msg` in production code
-and leave alone tests, comments and `anyhow::Result<String>`."""
+and leave alone tests, comments and `anyhow::Result<String>`. lengths.py must report a function
+one line over its limit with its line and length, and leave alone one at the limit, a trait's
+declarations, braces in strings, chars and comments, and tests."""
 import contextlib
 import io
 import pathlib
@@ -16,6 +18,7 @@ import unittest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import cycles  # noqa: E402
 import errors  # noqa: E402
+import lengths  # noqa: E402
 import links  # noqa: E402
 
 
@@ -119,6 +122,27 @@ class Errors(unittest.TestCase):
         self.assertNotIn("lib.rs:3:", out.getvalue())
         self.assertNotIn("tests.rs", out.getvalue())
         self.assertIn("2 errors that are only strings", out.getvalue())
+
+
+class Lengths(unittest.TestCase):
+    def test_a_function_over_the_limit_is_reported_and_the_rest_are_not(self):
+        body = lambda n: "\n".join(["    let _ = 1;"] * (n - 2))  # noqa: E731
+        src = crate({
+            "lib.rs": "pub trait T {\n    fn declared(&self);\n}\n"
+                      f"pub fn at_limit() {{\n{body(10)}\n}}\n"
+                      f"pub(crate) async fn over() {{\n    let s = \"}}}}\"; let c = '}}'; // }}\n{body(10)}\n}}\n"
+                      f"#[cfg(test)]\nmod tests {{ fn long() {{\n{body(30)}\n}} }}\n",
+            "m/tests.rs": f"fn f() {{\n{body(30)}\n}}\n",
+        }) / "src"
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = lengths.main(["--max", "10", str(src)])
+        self.assertEqual(code, 1, out.getvalue())
+        self.assertIn("lib.rs:14: over is 11 lines", out.getvalue())
+        self.assertNotIn("at_limit", out.getvalue())
+        self.assertNotIn("declared", out.getvalue())
+        self.assertNotIn("long", out.getvalue())
+        self.assertIn("1 production functions over 10 lines", out.getvalue())
 
 
 if __name__ == "__main__":

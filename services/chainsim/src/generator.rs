@@ -9,14 +9,14 @@ use std::collections::HashMap;
 
 use sluice_core::chain::{ChainTransaction, Instruction, TokenBalance};
 use sluice_core::dex::{PoolInfo, TokenMetadata, Venue};
-use sluice_core::keys::{self, random_signature};
+use sluice_core::keys::random_signature;
 use sluice_core::rng::Rng;
 use sluice_core::seq::Seq;
-use sluice_core::venue::{self, clmm, clob, cpamm};
 
 use crate::config::ChainConfig;
 use crate::market::{self, Quote};
-use crate::world::{Pool, TOKEN_PROGRAM, World};
+use crate::swap::Swap;
+use crate::world::{Pool, World};
 
 /// What a generated transaction is, for checkers; never sent on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -252,103 +252,13 @@ impl Chain {
         let mint_in = self.world.tokens[tok_in].meta.mint.as_str();
         let mint_out = self.world.tokens[tok_out].meta.mint.as_str();
         let (mint_a, mint_b) = (pool.info.mint_a.as_str(), pool.info.mint_b.as_str());
-        let (acct_a, acct_b) = (t.accounts[pool.token_a].as_str(), t.accounts[pool.token_b].as_str());
 
-        let (program, accounts, data, event): (&str, Vec<&str>, Vec<u8>, Option<Vec<u8>>) = match pool.venue {
-            Venue::ConcentratedLiquidity => {
-                let raw_pool = keys::key_bytes(&pool.info.pool).unwrap_or([0; 32]);
-                let data = clmm::Swap {
-                    amount: q.amount_in,
-                    other_amount_threshold: q.amount_out - q.amount_out / 100,
-                    sqrt_price_limit: if q.a_to_b { 4_295_048_016 } else { 79_226_673_515_401_279_992_447_579_055 },
-                    amount_specified_is_input: true,
-                    a_to_b: q.a_to_b,
-                };
-                let event = clmm::Traded {
-                    pool: raw_pool,
-                    a_to_b: q.a_to_b,
-                    pre_sqrt_price: q.pre_sqrt_price_x64,
-                    post_sqrt_price: q.post.sqrt_price_x64,
-                    input_amount: q.amount_in,
-                    output_amount: q.amount_out,
-                    lp_fee: q.amount_in * u64::from(pool.info.fee_bps) / 10_000,
-                };
-                let x = &pool.extra_accounts;
-                (
-                    venue::CLMM_PROGRAM,
-                    vec![
-                        TOKEN_PROGRAM,
-                        &t.wallet,
-                        &pool.info.pool,
-                        acct_a,
-                        &pool.info.vault_a,
-                        acct_b,
-                        &pool.info.vault_b,
-                        &x[0],
-                        &x[1],
-                        &x[2],
-                        &x[3],
-                    ],
-                    data.encode(),
-                    Some(event.encode()),
-                )
-            }
-            Venue::OrderBook => {
-                let side = if q.a_to_b { clob::Side::Ask } else { clob::Side::Bid };
-                let limit =
-                    if q.a_to_b { q.price_ticks - q.price_ticks / 20 } else { q.price_ticks + q.price_ticks / 20 };
-                let data = clob::SwapOrder {
-                    side,
-                    price_in_ticks: limit,
-                    num_base_lots: q.lots,
-                    min_base_lots_to_fill: q.lots,
-                };
-                let event = clob::FillSummary {
-                    market: keys::key_bytes(&pool.info.pool).unwrap_or([0; 32]),
-                    side,
-                    base_lots_filled: q.lots,
-                    quote_atoms_filled: q.quote_atoms,
-                    last_price_in_ticks: q.price_ticks,
-                    fee_in_quote_atoms: q.fee,
-                };
-                (
-                    venue::CLOB_PROGRAM,
-                    vec![
-                        venue::CLOB_PROGRAM,
-                        &self.world.clob_log_authority,
-                        &pool.info.pool,
-                        &t.wallet,
-                        acct_a,
-                        acct_b,
-                        &pool.info.vault_a,
-                        &pool.info.vault_b,
-                        TOKEN_PROGRAM,
-                    ],
-                    data.encode(),
-                    Some(event.encode()),
-                )
-            }
-            Venue::ConstantProduct | Venue::Unspecified => {
-                let data =
-                    cpamm::SwapBaseIn { amount_in: q.amount_in, minimum_amount_out: q.amount_out - q.amount_out / 100 };
-                (
-                    venue::CPAMM_PROGRAM,
-                    vec![
-                        TOKEN_PROGRAM,
-                        &pool.info.pool,
-                        &pool.authority,
-                        &pool.info.vault_a,
-                        &pool.info.vault_b,
-                        in_acct,
-                        out_acct,
-                        &t.wallet,
-                    ],
-                    data.encode(),
-                    None,
-                )
-            }
+        let ix = match pool.venue {
+            Venue::ConcentratedLiquidity => Swap::clmm(pool, t, q),
+            Venue::OrderBook => Swap::clob(pool, t, q, &self.world.clob_log_authority),
+            Venue::ConstantProduct | Venue::Unspecified => Swap::cpamm(pool, t, q, in_acct, out_acct),
         };
-        b.instruction(program, &accounts, data, if effective { event } else { None });
+        b.instruction(ix.program, &ix.accounts, ix.data, if effective { ix.event } else { None });
         b.balance(&pool.info.vault_a, mint_a, s.reserve_a, post_a);
         b.balance(&pool.info.vault_b, mint_b, s.reserve_b, post_b);
         b.balance(in_acct, mint_in, in_pre, in_post);

@@ -24,6 +24,7 @@ pub mod generator;
 pub mod history;
 pub mod market;
 pub mod server;
+pub mod swap;
 pub mod world;
 
 pub use config::ChainConfig;

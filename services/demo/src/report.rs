@@ -185,12 +185,47 @@ pub fn view(s: &Sample, seconds: u64, draining: bool, active_ingest: Option<usiz
 /// Compares every pool's Redis state with the chain's, and reads how often
 /// each scheduled tick ran.
 pub async fn check(chain: &ChainClient<Channel>, redis_url: &str, prefix: &str) -> anyhow::Result<Summary> {
-    let pools = chain.clone().list_pools(ListPoolsRequest {}).await?.into_inner().pools;
     let client = redis::Client::open(redis_url)?;
     let conn = redis::aio::ConnectionManager::new(client).await?;
     let cursor: Option<u64> =
         redis::cmd("GET").arg(format!("{prefix}ingest:cursor")).query_async(&mut conn.clone()).await?;
-    let (mut matching, mut mismatched, mut mid_slot, mut untouched) = (0, Vec::new(), 0, 0);
+    let Some(cursor) = cursor else {
+        anyhow::bail!("the ingest recorded no cursor: nothing reached Kafka");
+    };
+    let pools = check_pools(chain, &conn, prefix, cursor).await?;
+    let store = RedisStore::new(conn, prefix, 1_000_000, Duration::from_secs(3600));
+    let mut jobs = Vec::new();
+    for job in ["heartbeat", "token-refresh", "pool-reconcile"] {
+        jobs.push(job_runs(&store, job).await?);
+    }
+    Ok(Summary {
+        pools: pools.total,
+        pools_matching: pools.matching,
+        pools_mismatched: pools.mismatched,
+        pools_mid_slot: pools.mid_slot,
+        pools_untouched: pools.untouched,
+        ingest_cursor: Some(cursor),
+        jobs,
+    })
+}
+
+/// The pools, tallied by how their Redis state compares with the chain's.
+#[derive(Debug, Default)]
+struct PoolTally {
+    total: usize,
+    matching: usize,
+    mismatched: Vec<String>,
+    mid_slot: usize,
+    untouched: usize,
+}
+
+async fn check_pools(
+    chain: &ChainClient<Channel>,
+    conn: &redis::aio::ConnectionManager,
+    prefix: &str,
+    cursor: u64,
+) -> anyhow::Result<PoolTally> {
+    let pools = chain.clone().list_pools(ListPoolsRequest {}).await?.into_inner().pools;
     let state_at = |pool: String, at_slot: u64| {
         let mut chain = chain.clone();
         async move {
@@ -199,72 +234,64 @@ pub async fn check(chain: &ChainClient<Channel>, redis_url: &str, prefix: &str) 
             PoolState::from_proto(&wire.into_inner()).map_err(anyhow::Error::from)
         }
     };
+    let mut tally = PoolTally { total: pools.len(), ..PoolTally::default() };
     for info in &pools {
         let ours = sluice_dex::state::read_pool(&mut conn.clone(), prefix, &info.pool).await?;
         let slot = ours.and_then(|s| s.last_applied).map(|s| s.slot);
-        match (ours, cursor) {
+        match ours {
             // Records past the cursor (the slot being sent at the stop) were
             // applied: compare at that slot; the chain may have more of it.
-            (Some(ours), Some(c)) if slot > Some(c) => {
+            Some(ours) if slot > Some(cursor) => {
                 let truth = state_at(info.pool.clone(), slot.unwrap_or(0)).await?;
                 if truth == ours {
-                    matching += 1;
+                    tally.matching += 1;
                 } else if truth.last_applied > ours.last_applied {
-                    mid_slot += 1;
+                    tally.mid_slot += 1;
                 } else {
-                    mismatched.push(info.pool.clone());
+                    tally.mismatched.push(info.pool.clone());
                 }
             }
             // Otherwise the pool must be exactly the chain's at the cursor:
             // every swap up to it applied, none missing.
-            (ours, Some(c)) => {
-                let truth = state_at(info.pool.clone(), c).await?;
+            ours => {
+                let truth = state_at(info.pool.clone(), cursor).await?;
                 match ours {
-                    Some(ours) if ours == truth => matching += 1,
-                    None if truth.last_applied.is_none() => untouched += 1,
-                    _ => mismatched.push(info.pool.clone()),
+                    Some(ours) if ours == truth => tally.matching += 1,
+                    None if truth.last_applied.is_none() => tally.untouched += 1,
+                    _ => tally.mismatched.push(info.pool.clone()),
                 }
             }
-            (_, None) => anyhow::bail!("the ingest recorded no cursor: nothing reached Kafka"),
         }
     }
-    let store = RedisStore::new(conn, prefix, 1_000_000, Duration::from_secs(3600));
-    let mut jobs = Vec::new();
-    for job in ["heartbeat", "token-refresh", "pool-reconcile"] {
-        let runs = store.all_runs(job).await?;
-        // Per tick: (runs that applied its effect, runs that succeeded).
-        let mut per_tick: BTreeMap<i64, (u64, u64)> = BTreeMap::new();
-        let (mut missed, mut skipped, mut drift) = (0, 0, 0);
-        for r in runs.iter().filter(|r| !r.manual) {
-            match r.outcome {
-                Outcome::Missed => missed += r.ticks,
-                Outcome::Skipped => skipped += 1,
-                _ if r.applied > 0 || r.outcome == Outcome::Succeeded => {
-                    let tick = per_tick.entry(r.tick_ms).or_default();
-                    tick.0 += u64::from(r.applied > 0);
-                    tick.1 += u64::from(r.outcome == Outcome::Succeeded);
-                }
-                _ => {}
+    Ok(tally)
+}
+
+/// How often each of `job`'s scheduled ticks ran (manual runs aside).
+async fn job_runs(store: &RedisStore, job: &str) -> anyhow::Result<JobRuns> {
+    let runs = store.all_runs(job).await?;
+    // Per tick: (runs that applied its effect, runs that succeeded).
+    let mut per_tick: BTreeMap<i64, (u64, u64)> = BTreeMap::new();
+    let (mut missed, mut skipped, mut drift) = (0, 0, 0);
+    for r in runs.iter().filter(|r| !r.manual) {
+        match r.outcome {
+            Outcome::Missed => missed += r.ticks,
+            Outcome::Skipped => skipped += 1,
+            _ if r.applied > 0 || r.outcome == Outcome::Succeeded => {
+                let tick = per_tick.entry(r.tick_ms).or_default();
+                tick.0 += u64::from(r.applied > 0);
+                tick.1 += u64::from(r.outcome == Outcome::Succeeded);
             }
-            drift += r.drift_found;
+            _ => {}
         }
-        jobs.push(JobRuns {
-            job: job.into(),
-            ticks_run: per_tick.len() as u64,
-            ticks_run_twice: per_tick.values().filter(|(applied, ok)| *applied > 1 || *ok > 1).count() as u64,
-            ticks_missed: missed,
-            ticks_skipped: skipped,
-            drift_found: drift,
-        });
+        drift += r.drift_found;
     }
-    Ok(Summary {
-        pools: pools.len(),
-        pools_matching: matching,
-        pools_mismatched: mismatched,
-        pools_mid_slot: mid_slot,
-        pools_untouched: untouched,
-        ingest_cursor: cursor,
-        jobs,
+    Ok(JobRuns {
+        job: job.into(),
+        ticks_run: per_tick.len() as u64,
+        ticks_run_twice: per_tick.values().filter(|(applied, ok)| *applied > 1 || *ok > 1).count() as u64,
+        ticks_missed: missed,
+        ticks_skipped: skipped,
+        drift_found: drift,
     })
 }
 
@@ -286,7 +313,6 @@ fn time_lag_line(timeline: &[Sample]) -> String {
 
 /// The closing summary.
 pub fn summary_text(r: &Report) -> String {
-    let s = &r.summary;
     let mut out = String::new();
     let mut line = |l: String| {
         out.push_str(&l);
@@ -295,6 +321,21 @@ pub fn summary_text(r: &Report) -> String {
     line(String::new());
     line("Sluice demo summary".into());
     line("-------------------".into());
+    scaling_lines(r, &mut line);
+    state_lines(&r.summary, &mut line);
+    if let Some(c) = &r.chaos {
+        chaos_lines(c, &mut line);
+    }
+    shutdown_lines(&r.shutdowns, &mut line);
+    if let Some(o) = &r.outputs {
+        output_lines(o, &mut line);
+    }
+    line(format!("result                   {}", if r.passed() { "PASS" } else { "FAIL" }));
+    out
+}
+
+/// The traffic, the lag and how the processors scaled.
+fn scaling_lines(r: &Report, line: &mut impl FnMut(String)) {
     line(format!("records produced         {:>12}", thousands(r.records_produced as f64)));
     line(format!(
         "records processed        {:>12}  (committed by the processors' group)",
@@ -335,6 +376,10 @@ pub fn summary_text(r: &Report) -> String {
             step.to
         ));
     }
+}
+
+/// The pools against the chain and the scheduled jobs' ticks.
+fn state_lines(s: &Summary, line: &mut impl FnMut(String)) {
     line(format!(
         "pools vs the chain       {:>12}  match, {} mismatch (must be 0), {} mid-slot at the stop, {} untouched",
         s.pools_matching,
@@ -353,10 +398,11 @@ pub fn summary_text(r: &Report) -> String {
             if j.job == "pool-reconcile" { format!(", drift found {}", j.drift_found) } else { String::new() }
         ));
     }
-    if let Some(c) = &r.chaos {
-        chaos_lines(c, &mut line);
-    }
-    for s in &r.shutdowns {
+}
+
+/// How each processor pod the HPA removed stopped.
+fn shutdown_lines(shutdowns: &[Shutdown], line: &mut impl FnMut(String)) {
+    for s in shutdowns {
         line(match s.complete_ms {
             _ if s.killed() => format!("SIGKILL {}  deleted with no grace period: nothing drained", s.pod),
             Some(ms) => format!(
@@ -369,11 +415,6 @@ pub fn summary_text(r: &Report) -> String {
             None => format!("SIGTERM {}  no \"Shutdown complete\" in its log (must be)", s.pod),
         });
     }
-    if let Some(o) = &r.outputs {
-        output_lines(o, &mut line);
-    }
-    line(format!("result                   {}", if r.passed() { "PASS" } else { "FAIL" }));
-    out
 }
 
 fn chaos_lines(c: &crate::chaos::ChaosReport, line: &mut impl FnMut(String)) {

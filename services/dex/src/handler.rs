@@ -14,11 +14,11 @@ use sluice_core::txview::TxView;
 use sluice_runtime::sink::SinkError;
 use sluice_runtime::sink::{RedisConfig, RedisSink, StateStore};
 use sluice_runtime::{Batching, HandleError, Handled, Handler, Publish, Record};
-use sluice_runtime::{Identity, RuntimeMetrics};
+use sluice_runtime::{Dependency, Identity, MessageOutcome, RuntimeMetrics};
 use sluice_service::admin::NotReady;
 
 use crate::config::DexConfig;
-use crate::metrics::DexMetrics;
+use crate::metrics::{DexDependency, DexMetrics, DexOutcome, InvalidKind};
 use crate::outputs::{Live, Outputs};
 use crate::registry::{self, TokenInfo};
 use crate::state::{self, Apply};
@@ -65,8 +65,6 @@ pub enum StartError {
     RedisUrl(#[source] redis::RedisError),
     #[error("redis sink: {0}")]
     Sink(#[from] SinkError),
-    #[error("metrics: {0}")]
-    Metrics(#[from] prometheus::Error),
 }
 
 impl DexHandler<Live> {
@@ -84,7 +82,7 @@ impl DexHandler<Live> {
         let state = StateStore { prefix: config.redis_prefix.clone(), expect };
         let sink = RedisSink::start(redis, scripts(), metrics, state)?;
         let outputs = Live::new(&config, sink);
-        let mut handler = DexHandler::with_outputs(config, outputs, &metrics.registry)?;
+        let mut handler = DexHandler::with_outputs(config, outputs, &metrics.registry);
         handler.invalidations = Some(tokio::spawn(registry::follow_invalidations(
             client,
             handler.config.redis_prefix.clone(),
@@ -96,9 +94,9 @@ impl DexHandler<Live> {
 
 impl<O: Outputs> DexHandler<O> {
     /// The handler on any outputs (benchmarks use in-memory ones).
-    pub fn with_outputs(config: DexConfig, outputs: O, registry: &prometheus::Registry) -> Result<Self, StartError> {
-        let metrics = DexMetrics::register(registry)?;
-        Ok(Self {
+    pub fn with_outputs(config: DexConfig, outputs: O, registry: &prometheus::Registry) -> Self {
+        let metrics = DexMetrics::new(registry, IDENTITY.metric_prefix);
+        Self {
             board: PriceBoard::new(config.reference_tokens.iter().cloned()),
             swaps_topic: Arc::from(config.swaps_topic.as_str()),
             tokens: Arc::new(BatchEvictingCache::new(config.token_cache_capacity)),
@@ -106,7 +104,7 @@ impl<O: Outputs> DexHandler<O> {
             outputs,
             metrics,
             invalidations: None,
-        })
+        }
     }
 
     /// The outputs (benchmarks read what landed).
@@ -124,13 +122,12 @@ impl<O: Outputs> DexHandler<O> {
             return Ok(info);
         }
         self.metrics.cache_misses.inc();
-        let raw = self.outputs.token(mint).await.map_err(|e| HandleError::transient("redis", e))?;
+        let raw = self.outputs.token(mint).await.map_err(|e| HandleError::transient(Dependency::Redis.as_str(), e))?;
         // A token missing from the registry is waited for (the refresh job
         // adds new tokens), never guessed: the record retries.
-        let info = raw
-            .as_deref()
-            .and_then(registry::decode)
-            .ok_or_else(|| HandleError::transient("registry", format!("token {mint} not in the registry yet")))?;
+        let info = raw.as_deref().and_then(registry::decode).ok_or_else(|| {
+            HandleError::transient(DexDependency::Registry.as_str(), format!("token {mint} not in the registry yet"))
+        })?;
         let evicted = self.tokens.insert(mint.to_string(), info);
         self.metrics.cache_evictions.inc_by(evicted as u64);
         Ok(info)
@@ -281,9 +278,9 @@ impl<O: Outputs> DexHandler<O> {
         }
         result?;
         let outcome = match (recognised.swaps.is_empty(), recognised.unknown_venue > 0) {
-            (false, _) => "ok",
-            (true, true) => "unknown_venue",
-            (true, false) => "no_swap",
+            (false, _) => MessageOutcome::Ok.as_str(),
+            (true, true) => DexOutcome::UnknownVenue.as_str(),
+            (true, false) => DexOutcome::NoSwap.as_str(),
         };
         Ok(Ready { swaps, outcome, block_time_ms })
     }
@@ -318,14 +315,17 @@ impl<O: Outputs> DexHandler<O> {
             let mine = replies.get(at..at + ready.swaps.len());
             at += ready.swaps.len();
             let failure = match mine {
-                None => Some(SinkError::Redis("fewer replies than applies".into())),
+                None => Some(SinkError::NoReply("an apply of the batch")),
                 Some(mine) => mine.iter().find_map(|r| r.as_ref().err()).cloned(),
             };
             results[i] = Some(match (failure, mine) {
                 (None, Some(mine)) => Ok(self.finish(ready, mine.iter().map(|r| matches!(r, Ok(true))))),
                 (e, _) => {
                     failed.extend(records[i].key.as_deref());
-                    Err(HandleError::transient("redis", e.unwrap_or_else(|| SinkError::Redis("no reply".into()))))
+                    Err(HandleError::transient(
+                        Dependency::Redis.as_str(),
+                        e.unwrap_or(SinkError::NoReply("the record's applies")),
+                    ))
                 }
             });
         }
@@ -344,8 +344,8 @@ impl<O: Outputs> DexHandler<O> {
                 self.apply_ready(ready).await
             }
             Err(_) => {
-                let tx =
-                    ChainTransaction::decode(payload).map_err(|e| HandleError::invalid("decode", e.to_string()))?;
+                let tx = ChainTransaction::decode(payload)
+                    .map_err(|e| HandleError::invalid(InvalidKind::Decode.as_str(), e.to_string()))?;
                 // Unreachable while the two decoders agree (tests/txview.rs in
                 // sluice-core); if they ever did not, prost's verdict wins.
                 let key = record_key(record)?;
@@ -360,11 +360,15 @@ impl<O: Outputs> DexHandler<O> {
             return Ok(self.finish(ready, []));
         }
         let applies: Vec<Apply<'_>> = ready.swaps.iter().map(|s| s.apply.clone()).collect();
-        let replies = self.outputs.apply_all(&applies).await.map_err(|e| HandleError::transient("redis", e))?;
+        let replies = self
+            .outputs
+            .apply_all(&applies)
+            .await
+            .map_err(|e| HandleError::transient(Dependency::Redis.as_str(), e))?;
         let applied = replies
             .into_iter()
             .collect::<Result<Vec<bool>, SinkError>>()
-            .map_err(|e| HandleError::transient("redis", e))?;
+            .map_err(|e| HandleError::transient(Dependency::Redis.as_str(), e))?;
         Ok(self.finish(ready, applied))
     }
 
@@ -381,7 +385,10 @@ impl<O: Outputs> DexHandler<O> {
         for (i, record) in records.iter().enumerate() {
             let key = record.key.as_deref();
             if key.is_some_and(|k| failed.contains(&k)) {
-                results[i] = Some(Err(HandleError::transient("redis", "an earlier record of this pool failed")));
+                results[i] = Some(Err(HandleError::transient(
+                    Dependency::Redis.as_str(),
+                    "an earlier record of this pool failed",
+                )));
                 continue;
             }
             let payload = record.payload.as_deref().unwrap_or_default();
@@ -412,7 +419,11 @@ impl<O: Outputs> DexHandler<O> {
         self.apply_waiting(&mut waiting, &mut results, &mut failed, records).await;
         results
             .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(HandleError::transient("handler", "record left without a result"))))
+            .map(|r| {
+                r.unwrap_or_else(|| {
+                    Err(HandleError::transient(Dependency::Handler.as_str(), "record left without a result"))
+                })
+            })
             .collect()
     }
 }
@@ -422,7 +433,7 @@ fn record_key(record: &Record) -> Result<&str, HandleError> {
         .key
         .as_deref()
         .and_then(|k| std::str::from_utf8(k).ok())
-        .ok_or_else(|| HandleError::invalid("key", "record key is missing or not UTF-8"))
+        .ok_or_else(|| HandleError::invalid(InvalidKind::Key.as_str(), "record key is missing or not UTF-8"))
 }
 
 impl<O: Outputs> Handler for DexHandler<O> {

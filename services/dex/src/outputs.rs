@@ -82,7 +82,7 @@ impl Outputs for Live {
         let mut cmd = redis::cmd("HGET");
         cmd.arg(registry::tokens_key(&self.prefix)).arg(mint);
         let value = self.redis.exec(cmd).await?;
-        redis::from_redis_value(value).map_err(|e| SinkError::Redis(e.to_string()))
+        redis::from_redis_value(value).map_err(|e| SinkError::Redis(e.into()))
     }
 
     async fn apply(&self, apply: &Apply<'_>) -> Result<bool, SinkError> {

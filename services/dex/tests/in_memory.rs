@@ -16,7 +16,7 @@ use sluice_service::env::EnvReader;
 fn handler(chain: &Chain) -> DexHandler<InMemory> {
     let tokens = sluice_dex::registry::entries(&chain.tokens());
     let config = DexConfig::read(&mut EnvReader::from_vars("X_", Vec::new()));
-    DexHandler::with_outputs(config, InMemory::new(tokens), &prometheus::Registry::new()).expect("handler")
+    DexHandler::with_outputs(config, InMemory::new(tokens), &prometheus::Registry::new())
 }
 
 #[tokio::test]

@@ -7,6 +7,7 @@
 //! `sluice_lag::config`); a bad or unknown variable stops it with status 2.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -66,29 +67,22 @@ async fn run() -> anyhow::Result<()> {
     let metrics = Metrics::new();
     let (picture_tx, picture_rx) = watch::channel(Arc::new(Picture::default()));
     // Ready while polls succeed: the last clean poll is recent.
-    let last_ok = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let last_ok = Arc::new(AtomicI64::new(0));
     let stale_ms = (config.poll_interval * 3 + config.request_timeout).as_millis() as i64;
-    let (seen, stale_after) = (Arc::clone(&last_ok), stale_ms);
-    let ready: sluice_service::admin::ReadyCheck = Arc::new(move || {
-        use sluice_service::admin::NotReady;
-        let at = seen.load(std::sync::atomic::Ordering::SeqCst);
-        if at == 0 {
-            return Err(NotReady::new("no complete poll yet"));
-        }
-        let age = sluice_core::clock::now_ms() - at;
-        if age > stale_after { Err(NotReady::new(format!("the last complete poll was {age} ms ago"))) } else { Ok(()) }
-    });
     let (stop_tx, stop_rx) = watch::channel(false);
-    let stopped = async move {
-        let mut rx = stop_rx;
-        let _ = rx.wait_for(|s| *s).await;
-    };
     let scalers = sluice_lag::scaler::Scalers::new(config.rate_window.as_millis() as i64);
     let routes = sluice_lag::http::routes(picture_rx.clone(), scalers.clone());
-    let (addr, admin) =
-        sluice_service::admin::serve_with(config.admin_listen, "lag", metrics.registry.clone(), ready, routes, stopped)
-            .await
-            .with_context(|| format!("binding the admin port {}", config.admin_listen))?;
+    let ready = ready_check(Arc::clone(&last_ok), stale_ms);
+    let (addr, admin) = sluice_service::admin::serve_with(
+        config.admin_listen,
+        "lag",
+        metrics.registry.clone(),
+        ready,
+        routes,
+        stopped(stop_rx),
+    )
+    .await
+    .with_context(|| format!("binding the admin port {}", config.admin_listen))?;
     tracing::info!(%addr, groups = ?config.groups, pattern = ?config.groups_regex.as_ref().map(|r| r.as_str()), "sluice-lag serving");
     let scaler = match config.scaler_listen {
         Some(listen) => {
@@ -99,10 +93,7 @@ async fn run() -> anyhow::Result<()> {
                 metrics: sluice_lag::scaler::grpc::ScalerMetrics::register(&metrics.registry)
                     .context("registering the scaler's metrics")?,
             };
-            let mut rx = stop_tx.subscribe();
-            let stopped = async move {
-                let _ = rx.wait_for(|s| *s).await;
-            };
+            let stopped = stopped(stop_tx.subscribe());
             let (addr, task) =
                 sluice_lag::scaler::grpc::serve(listen, config.scaler_tls.clone(), service, stopped).await?;
             tracing::info!(%addr, tls = config.scaler_tls.is_some(), "KEDA external scaler serving");
@@ -110,7 +101,42 @@ async fn run() -> anyhow::Result<()> {
         }
         None => None,
     };
-    let mut poller = Poller::new(Arc::clone(&config));
+    poll_until_shutdown(&config, &metrics, &last_ok, &picture_tx).await;
+    let _ = stop_tx.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(2), admin).await;
+    if let Some(task) = scaler {
+        let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
+    }
+    tracing::info!("sluice-lag stopped");
+    Ok(())
+}
+
+/// Resolves once `stop` says so.
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// Ready while the last complete poll (its time in `last_ok`) is at most `stale_ms` old.
+fn ready_check(last_ok: Arc<AtomicI64>, stale_ms: i64) -> sluice_service::admin::ReadyCheck {
+    Arc::new(move || {
+        use sluice_service::admin::NotReady;
+        let at = last_ok.load(Ordering::SeqCst);
+        if at == 0 {
+            return Err(NotReady::new("no complete poll yet"));
+        }
+        let age = sluice_core::clock::now_ms() - at;
+        if age > stale_ms { Err(NotReady::new(format!("the last complete poll was {age} ms ago"))) } else { Ok(()) }
+    })
+}
+
+/// Polls every interval, publishing each picture, until SIGTERM or SIGINT.
+async fn poll_until_shutdown(
+    config: &Arc<LagConfig>,
+    metrics: &Metrics,
+    last_ok: &AtomicI64,
+    picture_tx: &watch::Sender<Arc<Picture>>,
+) {
+    let mut poller = Poller::new(Arc::clone(config));
     let shutdown = signal::shutdown();
     tokio::pin!(shutdown);
     loop {
@@ -120,7 +146,7 @@ async fn run() -> anyhow::Result<()> {
         metrics.publish(&picture, took.as_secs_f64(), &errors);
         metrics.count_requests(&poller.requests());
         if errors.is_empty() {
-            last_ok.store(picture.at_ms, std::sync::atomic::Ordering::SeqCst);
+            last_ok.store(picture.at_ms, Ordering::SeqCst);
         } else {
             tracing::warn!(?errors, "Poll incomplete");
         }
@@ -131,11 +157,4 @@ async fn run() -> anyhow::Result<()> {
             () = &mut shutdown => break,
         }
     }
-    let _ = stop_tx.send(true);
-    let _ = tokio::time::timeout(Duration::from_secs(2), admin).await;
-    if let Some(task) = scaler {
-        let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
-    }
-    tracing::info!("sluice-lag stopped");
-    Ok(())
 }

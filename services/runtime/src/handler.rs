@@ -3,6 +3,8 @@
 pub use sluice_service::admin::NotReady;
 use std::sync::Arc;
 
+use crate::metrics::{Dependency, MessageOutcome};
+
 /// One consumed record, owned.
 #[derive(Debug, Clone)]
 pub struct Record {
@@ -47,7 +49,7 @@ pub struct Handled {
 
 impl Handled {
     pub fn ok(event_time_ms: Option<i64>) -> Self {
-        Self { outcome: "ok", event_time_ms, publish: Vec::new() }
+        Self { outcome: MessageOutcome::Ok.as_str(), event_time_ms, publish: Vec::new() }
     }
 }
 
@@ -143,7 +145,10 @@ where
     for record in records {
         let key = record.key.as_deref();
         if key.is_some_and(|k| failed.contains(&k)) {
-            results.push(Err(HandleError::transient("handler", "an earlier record of this key failed")));
+            results.push(Err(HandleError::transient(
+                Dependency::Handler.as_str(),
+                "an earlier record of this key failed",
+            )));
             continue;
         }
         let result = handle(record).await;

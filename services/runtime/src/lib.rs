@@ -55,5 +55,5 @@ mod worker;
 
 pub use config::RuntimeConfig;
 pub use handler::{Batching, HandleError, Handled, Handler, NotReady, Publish, Record};
-pub use metrics::{Identity, RuntimeMetrics};
+pub use metrics::{DeadLetterKind, Dependency, Identity, MessageOutcome, RuntimeMetrics};
 pub use run::{Runtime, RuntimeHandle};

@@ -49,6 +49,24 @@ label! {
 }
 
 label! {
+    /// `messages_total{outcome}`: the runtime's own outcomes (a workload adds its own, e.g. the
+    /// DEX's `no_swap`, through [`crate::Handled::outcome`]).
+    MessageOutcome { Ok => "ok", DeadLettered => "dead_lettered" }
+}
+
+label! {
+    /// `dead_letters_total{kind}`: the runtime's own kind (a workload's come with
+    /// [`crate::HandleError::Invalid`]).
+    DeadLetterKind { HandlerPanic => "handler_panic" }
+}
+
+label! {
+    /// `retries_total{dependency}`: the runtime's own dependencies (a workload names its own in
+    /// [`crate::HandleError::Transient`]).
+    Dependency { Kafka => "kafka", Redis => "redis", Handler => "handler" }
+}
+
+label! {
     /// `sink_*{sink}`: where outputs go.
     Sink { Kafka => "kafka", Redis => "redis" }
 }
@@ -193,15 +211,18 @@ impl RuntimeMetrics {
     /// dead-letter kind and the outcomes it records (a workload's own kinds appear with their
     /// first record).
     fn start_at_zero(&self) {
-        self.dead_letters.with_label_values(&["handler_panic"]);
-        for outcome in ["ok", "dead_lettered"] {
-            self.messages.with_label_values(&[outcome]);
+        for kind in DeadLetterKind::ALL {
+            self.dead_letters.with_label_values(&[kind.as_str()]);
         }
-        for outcome in ["committed", "aborted"] {
-            self.transactions.with_label_values(&[outcome]);
+        for outcome in MessageOutcome::ALL {
+            self.messages.with_label_values(&[outcome.as_str()]);
         }
-        for dependency in ["kafka", "handler"] {
-            self.retries.with_label_values(&[dependency]);
+        for outcome in TxnOutcome::ALL {
+            self.transactions.with_label_values(&[outcome.as_str()]);
+        }
+        // Redis's series starts with the Redis sink, used or not.
+        for dependency in [Dependency::Kafka, Dependency::Handler] {
+            self.retries.with_label_values(&[dependency.as_str()]);
         }
     }
 }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use rdkafka::message::{Header, OwnedHeaders};
 
 use crate::handler::{HandleError, Handled, Record};
+use crate::metrics::{Dependency, MessageOutcome};
 use crate::output::Output;
 
 /// A record that needs nothing more than its outputs' acknowledgements.
@@ -53,7 +54,7 @@ pub(crate) fn settle(records: Vec<Record>, results: Vec<Result<Handled, HandleEr
     for record in records {
         // A handler that returned too few results failed the rest.
         let result = results.next().unwrap_or_else(|| {
-            Err(HandleError::transient("handler", "handle_batch returned no result for this record"))
+            Err(HandleError::transient(Dependency::Handler.as_str(), "handle_batch returned no result for this record"))
         });
         if let Some(&i) = record.key.as_ref().and_then(|k| failed.get(k)) {
             settled.retry[i].records.push(record);
@@ -78,7 +79,7 @@ pub(crate) fn settle(records: Vec<Record>, results: Vec<Result<Handled, HandleEr
                 settled.done.push(Done {
                     offset: record.offset,
                     size,
-                    outcome: "dead_lettered",
+                    outcome: MessageOutcome::DeadLettered.as_str(),
                     dead_letter: Some(kind),
                     event_time_ms: None,
                     outputs: vec![output],

@@ -41,7 +41,7 @@ pub(crate) type GroupDone = mpsc::UnboundedSender<u64>;
 pub(crate) struct Group {
     id: u64,
     remaining: AtomicUsize,
-    failed: Mutex<Vec<(Output, String)>>,
+    failed: Mutex<Vec<(Output, KafkaError)>>,
     done: GroupDone,
     started: Instant,
 }
@@ -58,7 +58,7 @@ impl Group {
     }
 
     /// The outputs whose delivery failed, with why (to be sent again).
-    pub(crate) fn take_failed(&self) -> Vec<(Output, String)> {
+    pub(crate) fn take_failed(&self) -> Vec<(Output, KafkaError)> {
         std::mem::take(&mut *self.failed.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
@@ -114,7 +114,7 @@ impl KafkaSink {
     pub(crate) fn enqueue(&self, outputs: &[Output], group: &Arc<Group>) {
         for out in outputs {
             if let Err(e) = self.try_enqueue(out, group) {
-                group.failed.lock().unwrap_or_else(|e| e.into_inner()).push((out.clone(), e.to_string()));
+                group.failed.lock().unwrap_or_else(|e| e.into_inner()).push((out.clone(), e));
                 let _ = group.settle_one();
             }
         }
@@ -147,10 +147,10 @@ impl KafkaSink {
                 Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)) => {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
-                Err(e) => return Err(SinkError::Kafka(e.to_string())),
+                Err(e) => return Err(SinkError::Kafka(e)),
             }
         }
-        acked.recv().await.ok_or_else(|| SinkError::Kafka("producer stopped before the delivery report".into()))?;
+        acked.recv().await.ok_or(SinkError::ProducerStopped)?;
         match group.take_failed().into_iter().next() {
             Some((_, e)) => Err(SinkError::Kafka(e)),
             None => Ok(()),
@@ -159,7 +159,7 @@ impl KafkaSink {
 
     /// Waits (bounded) until everything enqueued is acknowledged.
     pub fn flush(&self, timeout: Duration) -> Result<(), SinkError> {
-        self.producer.flush(Timeout::After(timeout)).map_err(|e| SinkError::Kafka(e.to_string()))
+        self.producer.flush(Timeout::After(timeout)).map_err(SinkError::Kafka)
     }
 }
 
@@ -195,7 +195,7 @@ impl ProducerContext for Deliveries {
                 payload: message.payload().unwrap_or_default().to_vec(),
                 headers,
             };
-            group.failed.lock().unwrap_or_else(|e| e.into_inner()).push((out, e.to_string()));
+            group.failed.lock().unwrap_or_else(|e| e.into_inner()).push((out, e.clone()));
         }
         if group.settle_one() {
             self.seconds.observe(group.started.elapsed().as_secs_f64());

@@ -28,10 +28,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use rdkafka::error::KafkaError;
 use sluice_core::offsets::{OffsetTracker, TrackError};
 
 use crate::handler::{Batching, HandleError, Handled, Record};
 use crate::lanes::{Lanes, Ordered};
+use crate::metrics::Dependency;
 use crate::outcome::{self, DeadLetters};
 use crate::output::Output;
 
@@ -273,7 +275,7 @@ impl Partition {
     /// deliveries (with why) go again after a backoff (at least once; a
     /// resend may land after the key's later outputs, which carry their own
     /// sequence).
-    pub(crate) fn acknowledged(&mut self, id: u64, failed: Vec<(Output, String)>) -> Vec<Action> {
+    pub(crate) fn acknowledged(&mut self, id: u64, failed: Vec<(Output, KafkaError)>) -> Vec<Action> {
         let Some(awaiting) = self.awaiting.remove(&id) else { return Vec::new() };
         if failed.is_empty() {
             for (offset, size) in awaiting.records {
@@ -284,7 +286,7 @@ impl Partition {
         let mut actions = Vec::new();
         let attempts = awaiting.attempts + 1;
         let first = awaiting.records.first().map_or(-1, |r| r.0);
-        self.failed_attempt(first, attempts, "kafka", failed[0].1.clone(), &mut actions);
+        self.failed_attempt(first, attempts, Dependency::Kafka.as_str(), failed[0].1.to_string(), &mut actions);
         self.resends += 1;
         let outputs = failed.into_iter().map(|(out, _)| out).collect();
         actions.push(Action::Resend { outputs, records: awaiting.records, attempts });

@@ -15,7 +15,7 @@ use sluice_coord::generation::Expect;
 use sluice_service::admin::NotReady;
 use sluice_service::env::EnvReader;
 
-use crate::metrics::{RuntimeMetrics, Sink};
+use crate::metrics::{Dependency, RuntimeMetrics, Sink};
 use crate::store_guard::StoreGuard;
 
 /// How long a writer with nothing to send waits before it checks the
@@ -51,13 +51,25 @@ impl RedisConfig {
     }
 }
 
-/// A write that did not land.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// A write that did not land. Each keeps its client's error, so a caller can tell a full
+/// queue from a dropped connection or a missing script.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum SinkError {
+    /// The Kafka client refused the send, or the delivery report says it did not land.
     #[error("kafka: {0}")]
-    Kafka(String),
+    Kafka(#[source] rdkafka::error::KafkaError),
+    /// The producer stopped before the record's delivery report came.
+    #[error("kafka: the producer stopped before the delivery report")]
+    ProducerStopped,
+    /// Redis failed the round trip or the command, or its reply is not the command's type.
     #[error("redis: {0}")]
-    Redis(String),
+    Redis(#[source] redis::RedisError),
+    /// Fewer replies came back than commands went (`what`: which).
+    #[error("redis: no reply to {0}")]
+    NoReply(&'static str),
+    /// The sink's writers are gone (the sink stopped).
+    #[error("redis: the writer stopped")]
+    WriterStopped,
     /// The store is not the one the state lives in (reset or replaced): no
     /// write is sent until its generation is back.
     #[error("redis: {0}")]
@@ -109,8 +121,8 @@ impl RedisSink {
     ) -> Result<Self, SinkError> {
         let (url, connections, max_batch) = (config.url.as_str(), config.connections, config.max_batch);
         // The series an alert reads exist from the start, at zero.
-        metrics.retries.with_label_values(&["redis"]);
-        let client = redis::Client::open(url).map_err(|e| SinkError::Redis(e.to_string()))?;
+        metrics.retries.with_label_values(&[Dependency::Redis.as_str()]);
+        let client = redis::Client::open(url).map_err(SinkError::Redis)?;
         let (tx, rx) = mpsc::channel(max_batch * connections * 4);
         let rx = Arc::new(Mutex::new(rx));
         let healthy = Arc::new(AtomicBool::new(false));
@@ -136,7 +148,7 @@ impl RedisSink {
     /// Runs one command through the next pipeline and returns its reply.
     pub async fn exec(&self, cmd: Cmd) -> Result<Value, SinkError> {
         let reply = self.exec_all(vec![cmd]).await?.pop();
-        reply.unwrap_or_else(|| Err(SinkError::Redis("no reply".into())))
+        reply.unwrap_or(Err(SinkError::NoReply("the command")))
     }
 
     /// Runs `cmds` in order in one round trip (with other callers' commands
@@ -144,13 +156,11 @@ impl RedisSink {
     /// sends for a whole batch. `Err` when the round trip itself failed.
     pub async fn exec_all(&self, cmds: Vec<Cmd>) -> Result<Vec<Result<Value, SinkError>>, SinkError> {
         let (reply, rx) = oneshot::channel();
-        self.tx.send(Op { cmds, reply }).await.map_err(|_| SinkError::Redis("writer stopped".into()))?;
+        self.tx.send(Op { cmds, reply }).await.map_err(|_| SinkError::WriterStopped)?;
         match rx.await {
-            Ok(Ok(replies)) => {
-                Ok(replies.into_iter().map(|r| r.map_err(|e| SinkError::Redis(e.to_string()))).collect())
-            }
+            Ok(Ok(replies)) => Ok(replies.into_iter().map(|r| r.map_err(SinkError::Redis)).collect()),
             Ok(Err(e)) => Err(e),
-            Err(_) => Err(SinkError::Redis("writer dropped the commands".into())),
+            Err(_) => Err(SinkError::WriterStopped),
         }
     }
 
@@ -281,8 +291,9 @@ impl Writer {
                 Err(e) => {
                     self.healthy.store(false, Ordering::Relaxed);
                     tracing::warn!(error = %e, commands, "Redis round trip failed; callers retry");
-                    reply_all(batch, &SinkError::Redis(format!("pipeline failed: {e}")));
-                    if e.is_connection_dropped() || e.is_io_error() || e.is_timeout() {
+                    let reconnect = e.is_connection_dropped() || e.is_io_error() || e.is_timeout();
+                    reply_all(batch, &SinkError::Redis(e));
+                    if reconnect {
                         conn = self.connect().await;
                     }
                     return conn;

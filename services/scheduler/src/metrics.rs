@@ -12,37 +12,28 @@
 //! with their first value.
 
 use prometheus::{GaugeVec, HistogramVec, IntCounterVec, IntGaugeVec, Registry, exponential_buckets};
+use sluice_service::label;
 use sluice_service::metrics::Registrar;
 
 use crate::model::{MissReason, Outcome, SkipReason};
 
-/// The scheduler's own calls that can fail (the `operation` label of
-/// `sluice_scheduler_errors_total`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
-    Claim,
-    Queue,
-    Renew,
-    Finish,
-    History,
+label! {
+    /// The scheduler's own calls that can fail (the `operation` label of
+    /// `sluice_scheduler_errors_total`).
+    Op { Claim => "claim", Queue => "queue", Renew => "renew", Finish => "finish", History => "history" }
 }
 
-impl Op {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Claim => "claim",
-            Self::Queue => "queue",
-            Self::Renew => "renew",
-            Self::Finish => "finish",
-            Self::History => "history",
-        }
+label! {
+    /// Whether a run found without an end had applied the tick's effect (the `effect` label of
+    /// `sluice_scheduler_abandoned_runs_total`).
+    Effect { Applied => "applied", None => "none" }
+}
+
+impl Effect {
+    /// The effect of a run that applied `applied` items.
+    pub fn of(applied: u64) -> Self {
+        if applied > 0 { Self::Applied } else { Self::None }
     }
-}
-
-/// Whether a run found without an end had applied the tick's effect (the
-/// `effect` label of `sluice_scheduler_abandoned_runs_total`).
-pub fn effect_label(applied: u64) -> &'static str {
-    if applied > 0 { "applied" } else { "none" }
 }
 
 /// Every metric the scheduler exports.
@@ -154,8 +145,8 @@ impl Metrics {
         for reason in [SkipReason::Overlap, SkipReason::Paused] {
             self.ticks_skipped.with_label_values(&[job, reason.as_str()]);
         }
-        for applied in [0, 1] {
-            self.abandoned.with_label_values(&[job, effect_label(applied)]);
+        for effect in Effect::ALL {
+            self.abandoned.with_label_values(&[job, effect.as_str()]);
         }
         for c in [
             &self.stale_writes,

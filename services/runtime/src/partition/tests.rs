@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use proptest::prelude::*;
+use rdkafka::error::RDKafkaErrorCode;
 
 use super::*;
 use crate::handler::Publish;
@@ -153,7 +154,8 @@ fn a_failed_delivery_is_sent_again_and_completes_only_when_acknowledged() {
         Some(Action::Send { outputs, .. }) => outputs,
         other => panic!("{other:?}"),
     };
-    let failed: Vec<(Output, String)> = out.into_iter().map(|o| (o, "timed out".to_string())).collect();
+    let timed_out = KafkaError::MessageProduction(RDKafkaErrorCode::MessageTimedOut);
+    let failed: Vec<(Output, KafkaError)> = out.into_iter().map(|o| (o, timed_out.clone())).collect();
     let actions = p.acknowledged(1, failed);
     let Some(Action::Resend { outputs, records, attempts: 1 }) = actions.into_iter().last() else { panic!() };
     assert_eq!(p.position(), Some(0));
@@ -349,7 +351,14 @@ impl Driver {
             Step::Ack { n, fail } if !self.groups.is_empty() => {
                 let id = *self.groups.keys().nth(n % self.groups.len()).unwrap();
                 let outputs = self.groups.remove(&id).unwrap();
-                let failed = if fail { outputs.into_iter().map(|o| (o, "timed out".into())).collect() } else { vec![] };
+                let failed = if fail {
+                    outputs
+                        .into_iter()
+                        .map(|o| (o, KafkaError::MessageProduction(RDKafkaErrorCode::MessageTimedOut)))
+                        .collect()
+                } else {
+                    vec![]
+                };
                 let actions = self.p.acknowledged(id, failed);
                 self.apply(actions, false)?;
             }

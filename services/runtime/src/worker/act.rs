@@ -13,6 +13,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::{Unit, Worker};
 use crate::handler::{Batching, HandleError, Handled, Handler, Record, in_key_order};
+use crate::metrics::DeadLetterKind;
 use crate::output::Group;
 use crate::partition::Action;
 use crate::retry::jitter;
@@ -200,7 +201,7 @@ async fn one_by_one<H: Handler>(handler: &H, records: &[Record]) -> Vec<Result<H
                 .map(|s| (*s).to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "handler panicked".to_string());
-            Err(HandleError::Invalid { kind: "handler_panic", message })
+            Err(HandleError::Invalid { kind: DeadLetterKind::HandlerPanic.as_str(), message })
         })
     })
     .await

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::{Inner, JobEntry};
 use crate::config::Overlap;
-use crate::metrics::{Op, effect_label};
+use crate::metrics::{Effect, Op};
 use crate::model::{self, Intent, LostReason, MissReason, SkipReason, Tick};
 use crate::store::history::texts;
 use crate::store::{ClaimOutcome, ClaimRequest, Claimed, Resolved, RunRecord, StoreResult};
@@ -188,7 +188,7 @@ impl Inner {
 
     /// Counts and logs a run found dead by one of this replica's calls.
     pub(super) fn found_dead(&self, job: &str, claimed_tick: Tick, dead: &Resolved) {
-        self.metrics.abandoned.with_label_values(&[job, effect_label(dead.applied)]).inc();
+        self.metrics.abandoned.with_label_values(&[job, Effect::of(dead.applied).as_str()]).inc();
         // A dead run of an older tick, found by a scheduled claim of a newer
         // one, can no longer be taken over: that tick is missed.
         if dead.applied == 0 && !dead.manual && !claimed_tick.manual && dead.tick_ms < claimed_tick.ms {
