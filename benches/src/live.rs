@@ -156,7 +156,7 @@ impl Stack {
         .map(|(k, v)| (format!("SLUICE_PROCESSOR_{k}"), v))
         .collect();
         let mut env = EnvReader::from_vars("SLUICE_PROCESSOR_", vars);
-        let runtime = RuntimeConfig::read(&mut env);
+        let runtime = RuntimeConfig::read(&mut env, &sluice_dex::handler::DEFAULTS);
         let redis = RedisConfig::read(&mut env);
         let dex = DexConfig::read(&mut env);
         env.finish().context("benchmark processor configuration")?;

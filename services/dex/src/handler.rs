@@ -14,7 +14,7 @@ use sluice_core::txview::TxView;
 use sluice_runtime::sink::SinkError;
 use sluice_runtime::sink::{RedisConfig, RedisSink, StateStore};
 use sluice_runtime::{Batching, HandleError, Handled, Handler, Publish, Record};
-use sluice_runtime::{Dependency, Identity, MessageOutcome, RuntimeMetrics};
+use sluice_runtime::{Dependency, Identity, MessageOutcome, RuntimeMetrics, WorkloadDefaults};
 use sluice_service::admin::NotReady;
 
 use crate::config::DexConfig;
@@ -27,6 +27,14 @@ use crate::swap_wire::SwapFields;
 /// The DEX workload runs as the processor: its series are `sluice_processor_*` (the
 /// runtime's and [`crate::metrics::DexMetrics`]'), its admin endpoints and logs say `processor`.
 pub const IDENTITY: Identity = Identity { service: "processor", metric_prefix: "sluice_processor", workload: "dex" };
+
+/// What the processor consumes unless told otherwise: its group, the chain's transactions and
+/// their dead-letter topic.
+pub const DEFAULTS: WorkloadDefaults = WorkloadDefaults {
+    group_id: "sluice-processor",
+    input_topic: "chain.transactions",
+    dlq_topic: "chain.transactions.dlq",
+};
 
 /// Recognises swaps, applies pool state to `O` (Redis in production) and
 /// hands the runtime the `Swap`s to publish.

@@ -17,7 +17,9 @@
 //! ```
 
 use sluice_runtime::sink::{RedisConfig, RedisSink, StateStore};
-use sluice_runtime::{HandleError, Handled, Handler, Identity, NotReady, Record, Runtime, RuntimeConfig};
+use sluice_runtime::{
+    HandleError, Handled, Handler, Identity, NotReady, Record, Runtime, RuntimeConfig, WorkloadDefaults,
+};
 use sluice_service::env::EnvReader;
 
 struct SeenKeys {
@@ -51,11 +53,15 @@ impl Handler for SeenKeys {
 /// Its series are `sluice_seen_keys_*`, its readiness gauge `sluice_seen_keys_ready`.
 const IDENTITY: Identity = Identity { service: "seen_keys", metric_prefix: "sluice_seen_keys", workload: "seen_keys" };
 
+/// What it consumes unless told otherwise (`SLUICE_PROCESSOR_GROUP_ID`, `_INPUT_TOPIC`, `_DLQ_TOPIC`).
+const DEFAULTS: WorkloadDefaults =
+    WorkloadDefaults { group_id: "seen-keys", input_topic: "chain.transactions", dlq_topic: "chain.transactions.dlq" };
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     sluice_service::telemetry::init();
     let mut env = EnvReader::from_env("SLUICE_PROCESSOR_");
-    let config = RuntimeConfig::read(&mut env);
+    let config = RuntimeConfig::read(&mut env, &DEFAULTS);
     // This workload needs Redis, so it reads REDIS_URL; the runtime does not.
     let redis = RedisConfig::read(&mut env);
     env.finish()?;

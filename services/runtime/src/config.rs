@@ -1,19 +1,22 @@
 //! The runtime's configuration, from `SLUICE_PROCESSOR_…` variables.
 //!
-//! Each field's variable and default sit together in [`RuntimeConfig::read`];
-//! cross-field rules (drain deadline below the session timeout, shutdown
-//! deadline above the drain deadline) are checked there too, so a bad
-//! combination stops the service at start with the variables named.
+//! Each variable's name, type, default and the reason for it are in [`settings`]'s table,
+//! which [`RuntimeConfig::read`] reads by; cross-field rules (drain deadline below the
+//! session timeout, shutdown deadline above the drain deadline) are checked there too, so a
+//! bad combination stops the service at start with the variables named.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use rdkafka::ClientConfig;
 use sluice_kafka::KafkaConfig;
-use sluice_kafka::topics::{CHAIN_TRANSACTIONS, CHAIN_TRANSACTIONS_DLQ};
 use sluice_service::env::{EnvReader, Unexpected};
 
 use crate::retry::RetryPolicy;
+
+pub mod settings;
+
+use self::settings as s;
 
 /// Consumer group protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,46 +85,54 @@ pub struct RuntimeConfig {
     pub exactly_once: Option<ExactlyOnce>,
 }
 
+/// What only the workload knows: its consumer group and topics, the defaults of `GROUP_ID`,
+/// `INPUT_TOPIC` and `DLQ_TOPIC` (the DEX's: `sluice_dex::handler::DEFAULTS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkloadDefaults {
+    pub group_id: &'static str,
+    pub input_topic: &'static str,
+    pub dlq_topic: &'static str,
+}
+
 impl RuntimeConfig {
-    /// Reads the runtime's variables; problems are collected in `env`.
-    pub fn read(env: &mut EnvReader) -> Option<Self> {
-        let brokers: Option<String> = env.required("KAFKA_BROKERS");
+    /// Reads the runtime's variables; problems are collected in `env`. `None` when a required
+    /// one is missing.
+    pub fn read(env: &mut EnvReader, workload: &WorkloadDefaults) -> Option<Self> {
+        let brokers: Option<String> = env.required_setting(&s::KAFKA_BROKERS);
         let properties = env.kafka_properties();
-        let group_id: String = env.or("GROUP_ID", "sluice-processor".to_string());
-        let instance_id: Option<String> = env.optional("INSTANCE_ID");
+        let group_id: String = env.setting_or(&s::GROUP_ID, workload.group_id.to_string());
+        let instance_id: Option<String> = env.optional_setting(&s::INSTANCE_ID);
         // Read (and checked) either way, so switching the mode off keeps a
         // deployment's other settings valid.
         let transactions = ExactlyOnce {
-            interval: env.millis("TRANSACTION_INTERVAL_MS", Duration::from_millis(100)),
-            timeout: env.millis("TRANSACTION_TIMEOUT_MS", Duration::from_secs(10)),
-            transactional_id: env.or("TRANSACTIONAL_ID", default_transactional_id(&group_id, instance_id.as_deref())),
+            interval: env.setting_ms(&s::TRANSACTION_INTERVAL_MS),
+            timeout: env.setting_ms(&s::TRANSACTION_TIMEOUT_MS),
+            transactional_id: env
+                .setting_or(&s::TRANSACTIONAL_ID, default_transactional_id(&group_id, instance_id.as_deref())),
         };
-        let exactly_once = env.or("EXACTLY_ONCE", false).then_some(transactions);
+        let exactly_once = env.setting::<bool>(&s::EXACTLY_ONCE).then_some(transactions);
         let config = Self {
             kafka: KafkaConfig { brokers: brokers.clone().unwrap_or_default(), properties },
             group_id,
             instance_id,
-            group_protocol: env.or("GROUP_PROTOCOL", GroupProtocol::Classic),
-            input_topic: env.or("INPUT_TOPIC", CHAIN_TRANSACTIONS.to_string()),
-            dlq_topic: env.or("DLQ_TOPIC", CHAIN_TRANSACTIONS_DLQ.to_string()),
-            max_in_flight_per_partition: env.or("MAX_IN_FLIGHT_PER_PARTITION", 10_000),
-            max_bytes_per_partition: env.or("MAX_BYTES_PER_PARTITION", 16 << 20),
-            resume_fraction: env.or("RESUME_FRACTION", 0.5),
-            concurrency: env.or("CONCURRENCY", 256),
+            group_protocol: env.setting(&s::GROUP_PROTOCOL),
+            input_topic: env.setting_or(&s::INPUT_TOPIC, workload.input_topic.to_string()),
+            dlq_topic: env.setting_or(&s::DLQ_TOPIC, workload.dlq_topic.to_string()),
+            max_in_flight_per_partition: env.setting(&s::MAX_IN_FLIGHT_PER_PARTITION),
+            max_bytes_per_partition: env.setting(&s::MAX_BYTES_PER_PARTITION),
+            resume_fraction: env.setting(&s::RESUME_FRACTION),
+            concurrency: env.setting(&s::CONCURRENCY),
             retry: RetryPolicy {
-                initial: env.millis("RETRY_INITIAL_MS", Duration::from_millis(50)),
-                max: env.millis("RETRY_MAX_MS", Duration::from_secs(5)),
-                attempts_before_stall: env.or("RETRY_ATTEMPTS_BEFORE_STALL", 10),
+                initial: env.setting_ms(&s::RETRY_INITIAL_MS),
+                max: env.setting_ms(&s::RETRY_MAX_MS),
+                attempts_before_stall: env.setting(&s::RETRY_ATTEMPTS_BEFORE_STALL),
             },
-            drain_deadline: env.millis("DRAIN_DEADLINE_MS", Duration::from_secs(10)),
-            shutdown_deadline: env.millis("SHUTDOWN_DEADLINE_MS", Duration::from_secs(25)),
-            // Not Kafka's 45 s: a crashed processor's partitions wait for its session to expire
-            // (42–45 s on real pods at 45 s, 13 s at 15 s: results/README.md, "A killed
-            // processor's partitions"); heartbeats come every 3 s from librdkafka's own thread.
-            session_timeout: env.millis("SESSION_TIMEOUT_MS", Duration::from_secs(15)),
-            max_poll_interval: env.millis("MAX_POLL_INTERVAL_MS", Duration::from_secs(300)),
-            commit_interval: env.millis("COMMIT_INTERVAL_MS", Duration::from_secs(1)),
-            admin_listen: env.or("ADMIN_LISTEN", SocketAddr::from(([0, 0, 0, 0], 9090))),
+            drain_deadline: env.setting_ms(&s::DRAIN_DEADLINE_MS),
+            shutdown_deadline: env.setting_ms(&s::SHUTDOWN_DEADLINE_MS),
+            session_timeout: env.setting_ms(&s::SESSION_TIMEOUT_MS),
+            max_poll_interval: env.setting_ms(&s::MAX_POLL_INTERVAL_MS),
+            commit_interval: env.setting_ms(&s::COMMIT_INTERVAL_MS),
+            admin_listen: env.setting(&s::ADMIN_LISTEN),
             exactly_once,
         };
         config.check(env);
@@ -132,16 +143,20 @@ impl RuntimeConfig {
         let n = |name: &str| env.name(name);
         let mut problems = Vec::new();
         if self.max_in_flight_per_partition == 0 {
-            problems.push(format!("{} must be above 0", n("MAX_IN_FLIGHT_PER_PARTITION")));
+            problems.push(format!("{} must be above 0", n(s::MAX_IN_FLIGHT_PER_PARTITION.name)));
         }
         if self.concurrency == 0 {
-            problems.push(format!("{} must be above 0", n("CONCURRENCY")));
+            problems.push(format!("{} must be above 0", n(s::CONCURRENCY.name)));
         }
         if !(0.0..1.0).contains(&self.resume_fraction) {
-            problems.push(format!("{} must be in [0, 1), got {}", n("RESUME_FRACTION"), self.resume_fraction));
+            problems.push(format!("{} must be in [0, 1), got {}", n(s::RESUME_FRACTION.name), self.resume_fraction));
         }
         if self.retry.initial.is_zero() || self.retry.initial > self.retry.max {
-            problems.push(format!("{} must be above 0 and at most {}", n("RETRY_INITIAL_MS"), n("RETRY_MAX_MS")));
+            problems.push(format!(
+                "{} must be above 0 and at most {}",
+                n(s::RETRY_INITIAL_MS.name),
+                n(s::RETRY_MAX_MS.name)
+            ));
         }
         // A revoke that drains longer than the group waits gets the member
         // kicked out mid-drain, and its commit then fails.
@@ -152,11 +167,11 @@ impl RuntimeConfig {
         if self.drain_deadline >= rebalance_timeout {
             problems.push(format!(
                 "{} ({} ms) must be below the rebalance timeout ({} ms, from {} / {})",
-                n("DRAIN_DEADLINE_MS"),
+                n(s::DRAIN_DEADLINE_MS.name),
                 self.drain_deadline.as_millis(),
                 rebalance_timeout.as_millis(),
-                n("SESSION_TIMEOUT_MS"),
-                n("MAX_POLL_INTERVAL_MS")
+                n(s::SESSION_TIMEOUT_MS.name),
+                n(s::MAX_POLL_INTERVAL_MS.name)
             ));
         }
         // The drain (plus its 0.5 s slack), a producer flush of up to 5 s and
@@ -164,9 +179,9 @@ impl RuntimeConfig {
         if self.shutdown_deadline < self.drain_deadline + Duration::from_secs(6) {
             problems.push(format!(
                 "{} ({} ms) must be at least {} ({} ms) + 6000 ms: shutdown drains, then flushes and commits",
-                n("SHUTDOWN_DEADLINE_MS"),
+                n(s::SHUTDOWN_DEADLINE_MS.name),
                 self.shutdown_deadline.as_millis(),
-                n("DRAIN_DEADLINE_MS"),
+                n(s::DRAIN_DEADLINE_MS.name),
                 self.drain_deadline.as_millis()
             ));
         }
@@ -174,12 +189,12 @@ impl RuntimeConfig {
             if eos.interval.is_zero() || eos.timeout < eos.interval * 10 {
                 problems.push(format!(
                     "{} must be above 0 and {} at least 10 times it: a transaction must outlive its interval",
-                    n("TRANSACTION_INTERVAL_MS"),
-                    n("TRANSACTION_TIMEOUT_MS")
+                    n(s::TRANSACTION_INTERVAL_MS.name),
+                    n(s::TRANSACTION_TIMEOUT_MS.name)
                 ));
             }
             if eos.transactional_id.is_empty() {
-                problems.push(format!("{} must not be empty", n("TRANSACTIONAL_ID")));
+                problems.push(format!("{} must not be empty", n(s::TRANSACTIONAL_ID.name)));
             }
         }
         for p in problems {
@@ -250,6 +265,8 @@ fn default_transactional_id(group: &str, instance_id: Option<&str>) -> String {
 
 #[cfg(test)]
 mod tests {
+    use sluice_service::env::KAFKA_SETTINGS;
+
     use super::*;
 
     fn reader(pairs: &[(&str, &str)]) -> EnvReader {
@@ -259,16 +276,31 @@ mod tests {
         )
     }
 
+    const WORKLOAD: WorkloadDefaults =
+        WorkloadDefaults { group_id: "w-group", input_topic: "w.input", dlq_topic: "w.input.dlq" };
+
     #[test]
     fn defaults_with_the_one_required_setting() {
         // No REDIS_URL: the runtime needs no Redis (a workload that does reads `RedisConfig`).
         let mut env = reader(&[("KAFKA_BROKERS", "k:9092")]);
-        let config = RuntimeConfig::read(&mut env).expect("complete");
+        let config = RuntimeConfig::read(&mut env, &WORKLOAD).expect("complete");
         env.finish().expect("no problems");
         assert_eq!(config.kafka.brokers, "k:9092");
         assert_eq!(config.group_protocol, GroupProtocol::Classic);
-        assert_eq!(config.input_topic, "chain.transactions");
+        // What only the workload knows comes from it.
+        assert_eq!((config.group_id.as_str(), config.input_topic.as_str()), ("w-group", "w.input"));
+        assert_eq!(config.dlq_topic, "w.input.dlq");
         assert!(config.drain_deadline < config.session_timeout);
+        assert_eq!(config.session_timeout, Duration::from_secs(15));
+    }
+
+    #[test]
+    fn reads_exactly_the_settings_its_table_declares() {
+        let mut env = reader(&[("KAFKA_BROKERS", "k:9092"), ("EXACTLY_ONCE", "true")]);
+        RuntimeConfig::read(&mut env, &WORKLOAD).expect("complete");
+        let declared: std::collections::BTreeSet<String> =
+            settings::SETTINGS.iter().chain(KAFKA_SETTINGS).map(|s| s.name.to_string()).collect();
+        assert_eq!(env.names_read(), declared);
     }
 
     #[test]
@@ -278,7 +310,7 @@ mod tests {
             ("GROUP_PROTOCOL", "eager"),
             ("KAFKA_PROPERTIES", "security.protocol=SSL,broken"),
         ]);
-        assert!(RuntimeConfig::read(&mut env).is_none(), "KAFKA_BROKERS is missing");
+        assert!(RuntimeConfig::read(&mut env, &WORKLOAD).is_none(), "KAFKA_BROKERS is missing");
         let text = env.finish().expect_err("problems").to_string();
         for name in [
             "SLUICE_PROCESSOR_KAFKA_BROKERS",

@@ -53,7 +53,7 @@ mod store_guard;
 mod txn;
 mod worker;
 
-pub use config::RuntimeConfig;
+pub use config::{RuntimeConfig, WorkloadDefaults};
 pub use handler::{Batching, HandleError, Handled, Handler, NotReady, Publish, Record};
 pub use metrics::{DeadLetterKind, Dependency, Identity, MessageOutcome, RuntimeMetrics};
 pub use run::{Runtime, RuntimeHandle};

@@ -17,7 +17,7 @@ use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedPr
 use rdkafka::{Offset, TopicPartitionList};
 use sluice_kafka::topics::TopicSpec;
 use sluice_kafka::{KafkaConfig, ensure_topics};
-use sluice_runtime::{HandleError, Handled, Handler, Identity, Record, Runtime, RuntimeConfig};
+use sluice_runtime::{HandleError, Handled, Handler, Identity, Record, Runtime, RuntimeConfig, WorkloadDefaults};
 use sluice_service::env::EnvReader;
 
 /// Its own names: the runtime takes its series' prefix from the workload.
@@ -95,7 +95,8 @@ async fn one_percent_of_keys_100x_slower_hold_back_nothing_else() {
         ("COMMIT_INTERVAL_MS", "200".to_string()),
     ];
     let mut env = EnvReader::from_vars("T_", vars.iter().map(|(k, v)| (format!("T_{k}"), v.clone())));
-    let config = RuntimeConfig::read(&mut env).unwrap();
+    let defaults = WorkloadDefaults { group_id: "slow-keys", input_topic: "slow-keys", dlq_topic: "slow-keys.dlq" };
+    let config = RuntimeConfig::read(&mut env, &defaults).unwrap();
     env.finish().unwrap();
     // 1% of the keys: keys 0 and 100 (both in partition 0).
     let slow: HashSet<Vec<u8>> = [key(0), key(100)].into_iter().collect();

@@ -11,6 +11,34 @@ use std::fmt::Display;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::settings::{Default, Setting};
+
+/// The Kafka client settings every service that talks to Kafka reads
+/// ([`EnvReader::kafka_properties`]).
+pub const KAFKA_SETTINGS: &[Setting] = &[
+    Setting {
+        name: "KAFKA_PROPERTIES",
+        kind: "`key=value,…`",
+        default: Default::Unset,
+        what: "passed to librdkafka as they are (`security.protocol`, `sasl.mechanism`, `ssl.ca.location`, tuning); never logged",
+        why: "",
+    },
+    Setting {
+        name: "KAFKA_SASL_USERNAME",
+        kind: "text",
+        default: Default::Unset,
+        what: "SASL user name, with `KAFKA_SASL_PASSWORD` (both or neither)",
+        why: "",
+    },
+    Setting {
+        name: "KAFKA_SASL_PASSWORD",
+        kind: "text",
+        default: Default::Unset,
+        what: "SASL password, a variable of its own so a Secret fills it and it may hold commas",
+        why: "",
+    },
+];
+
 /// A replica's default name in leases and histories: the pod's hostname, or
 /// `<role>-<pid>` off Kubernetes. Must be unique per replica.
 pub fn default_instance_id(role: &str) -> String {
@@ -110,6 +138,63 @@ impl EnvReader {
             (_, None) => None,
             (full, Some(v)) => self.parse_value(&full, &v),
         }
+    }
+
+    /// `setting`'s value, or its default from the table ([`Default::Value`]).
+    ///
+    /// # Panics
+    /// If the table's default is not a `Value` or does not parse as `T`: a mistake in the
+    /// table, which every test that reads the service's configuration finds.
+    pub fn setting<T: FromStr>(&mut self, setting: &Setting) -> T
+    where
+        T::Err: Display,
+    {
+        let Default::Value(text) = setting.default else {
+            panic!("setting {}: its default is {:?}, not a value", setting.name, setting.default)
+        };
+        let default = text
+            .parse()
+            .unwrap_or_else(|e| panic!("setting {}: its default {text:?} does not parse: {e}", setting.name));
+        self.or(setting.name, default)
+    }
+
+    /// `setting`'s value, or `default` (computed at start: the table says how, as
+    /// [`Default::Derived`]).
+    pub fn setting_or<T: FromStr>(&mut self, setting: &Setting, default: T) -> T
+    where
+        T::Err: Display,
+    {
+        debug_assert!(matches!(setting.default, Default::Derived(_)), "setting {}", setting.name);
+        self.or(setting.name, default)
+    }
+
+    /// A duration setting in milliseconds, its default from the table.
+    pub fn setting_ms(&mut self, setting: &Setting) -> Duration {
+        Duration::from_millis(self.setting(setting))
+    }
+
+    /// A [`Default::Required`] setting: `None` (and a problem recorded) when unset.
+    pub fn required_setting<T: FromStr>(&mut self, setting: &Setting) -> Option<T>
+    where
+        T::Err: Display,
+    {
+        debug_assert_eq!(setting.default, Default::Required, "setting {}", setting.name);
+        self.required(setting.name)
+    }
+
+    /// A [`Default::Unset`] setting: `None` when unset.
+    pub fn optional_setting<T: FromStr>(&mut self, setting: &Setting) -> Option<T>
+    where
+        T::Err: Display,
+    {
+        debug_assert_eq!(setting.default, Default::Unset, "setting {}", setting.name);
+        self.optional(setting.name)
+    }
+
+    /// The names read so far, without the prefix (a service's test compares them with its
+    /// table).
+    pub fn names_read(&self) -> BTreeSet<String> {
+        self.read.iter().map(|n| n.strip_prefix(&self.prefix).unwrap_or(n).to_string()).collect()
     }
 
     /// librdkafka properties of a service that talks to Kafka, never logged:
