@@ -1,11 +1,15 @@
-//! The ingest's configuration, from `SLUICE_INGEST_…` variables.
+//! The ingest's configuration, from `SLUICE_INGEST_…` variables: names, defaults and their
+//! reasons in [`settings`]; the rules between them in [`IngestConfig::read`].
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use sluice_kafka::KafkaConfig;
-use sluice_kafka::topics::CHAIN_TRANSACTIONS;
 use sluice_service::env::{EnvReader, Unexpected};
+
+pub mod settings;
+
+use self::settings as s;
 
 /// Where the stream starts when no cursor is stored yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,58 +93,67 @@ pub struct IngestConfig {
 }
 
 impl IngestConfig {
-    pub fn read(env: &mut EnvReader) -> Self {
-        let default_instance = sluice_service::env::default_instance_id("ingest");
-        let mut kafka = KafkaConfig::new(env.required::<String>("KAFKA_BROKERS").unwrap_or_default());
+    /// Reads the ingest's variables ([`settings::SETTINGS`]); problems are collected in `env`.
+    /// `None` when a required one is missing.
+    pub fn read(env: &mut EnvReader) -> Option<Self> {
+        let brokers: Option<String> = env.required_setting(&s::KAFKA_BROKERS);
+        let redis_url: Option<String> = env.required_setting(&s::REDIS_URL);
+        let mut kafka = KafkaConfig::new(brokers.clone().unwrap_or_default());
         kafka.properties = env.kafka_properties();
-        let topic: String = env.or("TOPIC", CHAIN_TRANSACTIONS.to_string());
-        let transactions: bool = env.or("TRANSACTIONS", true);
-        let transactional_id: String = env.or("TRANSACTIONAL_ID", format!("sluice-ingest.{topic}"));
+        let topic: String = env.setting(&s::TOPIC);
+        let transactions: bool = env.setting(&s::TRANSACTIONS);
+        let transactional_id: String = env.setting_or(&s::TRANSACTIONAL_ID, format!("sluice-ingest.{topic}"));
         let config = Self {
-            chain_url: env.or("CHAIN_URL", "http://127.0.0.1:50051".to_string()),
+            chain_url: env.setting(&s::CHAIN_URL),
             kafka,
             topic,
-            redis_url: env.required("REDIS_URL").unwrap_or_default(),
-            redis_prefix: env.or("REDIS_PREFIX", "sluice:".to_string()),
-            instance_id: env.or("INSTANCE_ID", default_instance),
-            lease_ttl: env.millis("LEASE_TTL_MS", Duration::from_secs(5)),
-            max_in_flight: env.or("MAX_IN_FLIGHT", 10_000),
-            cursor_interval: env.millis("CURSOR_INTERVAL_MS", Duration::from_millis(200)),
+            redis_url: redis_url.clone().unwrap_or_default(),
+            redis_prefix: env.setting(&s::REDIS_PREFIX),
+            instance_id: env.setting_or(&s::INSTANCE_ID, sluice_service::env::default_instance_id("ingest")),
+            lease_ttl: env.setting_ms(&s::LEASE_TTL_MS),
+            max_in_flight: env.setting(&s::MAX_IN_FLIGHT),
+            cursor_interval: env.setting_ms(&s::CURSOR_INTERVAL_MS),
             transactional_id: transactions.then_some(transactional_id),
-            transaction_interval: env.millis("TRANSACTION_INTERVAL_MS", Duration::from_millis(100)),
-            transaction_timeout: env.millis("TRANSACTION_TIMEOUT_MS", Duration::from_secs(60)),
-            start: env.or("START", Start::Genesis),
-            lost_cursor: env.or("LOST_CURSOR", LostCursor::Stop),
-            reconnect_min: env.millis("RECONNECT_MIN_MS", Duration::from_millis(100)),
-            reconnect_max: env.millis("RECONNECT_MAX_MS", Duration::from_secs(5)),
-            shutdown_deadline: env.millis("SHUTDOWN_DEADLINE_MS", Duration::from_secs(20)),
-            admin_listen: env.or("ADMIN_LISTEN", SocketAddr::from(([0, 0, 0, 0], 9094))),
+            transaction_interval: env.setting_ms(&s::TRANSACTION_INTERVAL_MS),
+            transaction_timeout: env.setting_ms(&s::TRANSACTION_TIMEOUT_MS),
+            start: env.setting(&s::START),
+            lost_cursor: env.setting(&s::LOST_CURSOR),
+            reconnect_min: env.setting_ms(&s::RECONNECT_MIN_MS),
+            reconnect_max: env.setting_ms(&s::RECONNECT_MAX_MS),
+            shutdown_deadline: env.setting_ms(&s::SHUTDOWN_DEADLINE_MS),
+            admin_listen: env.setting(&s::ADMIN_LISTEN),
         };
+        config.check(env);
+        (brokers.is_some() && redis_url.is_some()).then_some(config)
+    }
+
+    /// The rules between settings.
+    fn check(&self, env: &mut EnvReader) {
+        let config = self;
         if config.lease_ttl < Duration::from_millis(1_000) {
-            let name = env.name("LEASE_TTL_MS");
+            let name = env.name(s::LEASE_TTL_MS.name);
             env.problem(format!(
                 "{name} must be at least 1000 (it is renewed every third of it, each call within that)"
             ));
         }
         if config.max_in_flight == 0 {
-            let name = env.name("MAX_IN_FLIGHT");
+            let name = env.name(s::MAX_IN_FLIGHT.name);
             env.problem(format!("{name} must be above 0"));
         }
         if config.transaction_timeout < Duration::from_secs(1)
             || config.transaction_timeout <= config.transaction_interval
         {
-            let (a, b) = (env.name("TRANSACTION_TIMEOUT_MS"), env.name("TRANSACTION_INTERVAL_MS"));
+            let (a, b) = (env.name(s::TRANSACTION_TIMEOUT_MS.name), env.name(s::TRANSACTION_INTERVAL_MS.name));
             env.problem(format!("{a} must be at least 1000 and above {b}"));
         }
         if config.transactional_id.as_deref() == Some("") {
-            let name = env.name("TRANSACTIONAL_ID");
+            let name = env.name(s::TRANSACTIONAL_ID.name);
             env.problem(format!("{name} must not be empty (set TRANSACTIONS=false to send without transactions)"));
         }
         if config.reconnect_min > config.reconnect_max {
-            let (a, b) = (env.name("RECONNECT_MIN_MS"), env.name("RECONNECT_MAX_MS"));
+            let (a, b) = (env.name(s::RECONNECT_MIN_MS.name), env.name(s::RECONNECT_MAX_MS.name));
             env.problem(format!("{a} must not be above {b}"));
         }
-        config
     }
 }
 
@@ -159,7 +172,7 @@ mod tests {
             ("I_TRANSACTION_TIMEOUT_MS", "50"),
         ];
         let mut env = EnvReader::from_vars("I_", vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        let _ = IngestConfig::read(&mut env);
+        assert!(IngestConfig::read(&mut env).is_none(), "KAFKA_BROKERS and REDIS_URL are missing");
         let text = env.finish().expect_err("problems").to_string();
         for name in [
             "I_KAFKA_BROKERS",

@@ -2,9 +2,9 @@
 //! Run two: one is active (it holds a lease in Redis), the other stands by
 //! and takes over within the lease time when the active one dies.
 //!
-//! Configuration: `SLUICE_INGEST_…` variables (see docs/workload.md and
-//! `sluice_ingest::config`); every bad or unknown one is reported by name
-//! and the process exits with status 2.
+//! Configuration: `SLUICE_INGEST_…` variables, listed by `ingest --help` and in
+//! docs/workload.md, both rendered from `sluice_ingest::config::settings`; every bad or
+//! unknown one is reported by name and the process exits with status 2.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -14,18 +14,35 @@ use sluice_ingest::config::IngestConfig;
 use sluice_ingest::gateway::{Gateway, chain_client};
 use sluice_ingest::metrics::Metrics;
 use sluice_ingest::store::Store;
-use sluice_service::env::EnvReader;
+use sluice_service::env::{EnvReader, KAFKA_SETTINGS};
+use sluice_service::settings::{self, Setting};
 use sluice_service::{signal, telemetry};
 use tokio::sync::watch;
 
+const PREFIX: &str = "SLUICE_INGEST_";
+
+/// Every setting the ingest reads: its own and the Kafka client's.
+const TABLES: &[&[Setting]] = &[sluice_ingest::config::settings::SETTINGS, KAFKA_SETTINGS];
+
 fn main() -> anyhow::Result<()> {
-    telemetry::init();
-    let mut env = EnvReader::from_env("SLUICE_INGEST_");
-    let config = IngestConfig::read(&mut env);
-    if let Err(e) = env.finish() {
-        tracing::error!("{e}");
-        std::process::exit(2);
+    if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
+        use std::io::Write;
+        let usage = "ingest: the chain's transactions into Kafka, one active instance at a time. It takes no\n\
+                     arguments; its settings are environment variables (a bad or unknown one stops it with status 2):\n";
+        write!(std::io::stdout(), "{usage}\n{}", settings::help(PREFIX, TABLES))?;
+        return Ok(());
     }
+    telemetry::init();
+    let mut env = EnvReader::from_env(PREFIX);
+    let config = IngestConfig::read(&mut env);
+    // A missing required setting is one of the problems `finish` reports.
+    let config = match (env.finish(), config) {
+        (Ok(()), Some(config)) => config,
+        (result, _) => {
+            tracing::error!("{}", result.err().map_or_else(|| "invalid configuration".to_string(), |e| e.to_string()));
+            std::process::exit(2);
+        }
+    };
     let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
     let deadline = config.shutdown_deadline;
     let result = tokio.block_on(run(config));
@@ -68,4 +85,28 @@ async fn run(config: IngestConfig) -> anyhow::Result<()> {
     let _ = tokio::time::timeout(Duration::from_secs(2), admin_task).await;
     tracing::info!("Ingest stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_exactly_its_tables() {
+        let vars = [("KAFKA_BROKERS", "k:9092"), ("REDIS_URL", "redis://r:6379")];
+        let mut env = EnvReader::from_vars(PREFIX, vars.map(|(k, v)| (format!("{PREFIX}{k}"), v.to_string())));
+        IngestConfig::read(&mut env).expect("complete");
+        let declared: std::collections::BTreeSet<String> =
+            TABLES.iter().flat_map(|t| t.iter()).map(|s| s.name.to_string()).collect();
+        assert_eq!(env.names_read(), declared);
+        env.finish().expect("valid");
+    }
+
+    #[test]
+    fn the_docs_table_is_the_code_s() {
+        let page = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/workload.md");
+        if let Err(e) = settings::check_docs(&page, "ingest", &settings::markdown(PREFIX, TABLES)) {
+            panic!("{e}");
+        }
+    }
 }

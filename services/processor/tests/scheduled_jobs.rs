@@ -41,7 +41,7 @@ async fn scheduler(instance: &str, prefix: &str, chain_url: &str) -> Engine {
         ("ADMIN_INSECURE", "true".to_string()),
     ];
     let mut env = EnvReader::from_vars("S_", vars.into_iter().map(|(k, v)| (format!("S_{k}"), v)));
-    let config = SchedulerConfig::read(&mut env);
+    let config = SchedulerConfig::read(&mut env).expect("REDIS_URL");
     let jobs = sluice_scheduler::jobs::builtin(&config).expect("jobs");
     let entries = JobEntry::read_all(&mut env, jobs);
     env.finish().expect("valid scheduler configuration");

@@ -1,9 +1,9 @@
 //! The scheduler's configuration, from `SLUICE_SCHEDULER_…` variables.
 //!
-//! Service settings sit in [`SchedulerConfig::read`]; each job's policies
-//! come from `SLUICE_SCHEDULER_JOB_<NAME>_…` (the job's name upper-cased,
-//! `-` as `_`), with the job's own defaults. Every bad or unknown variable is
-//! reported by name at start.
+//! The service's settings and each job's (`SLUICE_SCHEDULER_JOB_<NAME>_…`, the job's name
+//! upper-cased, `-` as `_`) are tables in [`settings`], each default with its reason; a job
+//! declares its own schedule, timeout and overlap. Every bad or unknown variable is reported
+//! by name at start.
 
 use std::net::SocketAddr;
 use std::str::FromStr;
@@ -11,6 +11,11 @@ use std::time::Duration;
 
 use sluice_proto::scheduler::v1 as api;
 use sluice_service::env::{EnvReader, Unexpected};
+use sluice_service::settings::Setting;
+
+pub mod settings;
+
+use self::settings as s;
 
 use crate::schedule::Schedule;
 
@@ -109,33 +114,33 @@ impl JobSettings {
     /// (the problem is recorded in `env`).
     pub fn read(env: &mut EnvReader, job: &str, defaults: &JobDefaults) -> Option<Self> {
         let var = format!("JOB_{}_", job.to_uppercase().replace('-', "_"));
-        let n = |s: &str| format!("{var}{s}");
-        let expression: String = env.or(&n("SCHEDULE"), defaults.schedule.to_string());
+        let n = |s: &Setting| format!("{var}{}", s.name);
+        let expression: String = env.or(&n(&s::JOB_SCHEDULE), defaults.schedule.to_string());
         let schedule = match Schedule::parse(&expression) {
             Ok(s) => Some(s),
             Err(e) => {
-                let name = env.name(&n("SCHEDULE"));
+                let name = env.name(&n(&s::JOB_SCHEDULE));
                 env.problem(format!("{name}: {e}"));
                 None
             }
         };
         let period = schedule.as_ref().map_or(Duration::from_secs(1), Schedule::period);
         let settings = Self {
-            enabled: env.or(&n("ENABLED"), defaults.enabled),
+            enabled: env.or(&n(&s::JOB_ENABLED), defaults.enabled),
             schedule: schedule?,
-            overlap: env.or(&n("OVERLAP"), defaults.overlap),
-            misfire: env.or(&n("MISFIRE"), Misfire::RunLatest),
-            catch_up_window: env.millis(&n("CATCH_UP_WINDOW_MS"), period),
-            timeout: env.millis(&n("TIMEOUT_MS"), defaults.timeout),
-            jitter: env.millis(&n("JITTER_MS"), Duration::ZERO),
-            paused: env.or(&n("PAUSED"), false),
+            overlap: env.or(&n(&s::JOB_OVERLAP), defaults.overlap),
+            misfire: env.or(&n(&s::JOB_MISFIRE), s::JOB_MISFIRE.value()),
+            catch_up_window: env.millis(&n(&s::JOB_CATCH_UP_WINDOW_MS), period),
+            timeout: env.millis(&n(&s::JOB_TIMEOUT_MS), defaults.timeout),
+            jitter: Duration::from_millis(env.or(&n(&s::JOB_JITTER_MS), s::JOB_JITTER_MS.value())),
+            paused: env.or(&n(&s::JOB_PAUSED), s::JOB_PAUSED.value()),
         };
         if settings.timeout.is_zero() {
-            let name = env.name(&n("TIMEOUT_MS"));
+            let name = env.name(&n(&s::JOB_TIMEOUT_MS));
             env.problem(format!("{name} must be above 0"));
         }
         if settings.jitter >= period {
-            let name = env.name(&n("JITTER_MS"));
+            let name = env.name(&n(&s::JOB_JITTER_MS));
             env.problem(format!("{name} must be below the schedule's period ({} ms)", period.as_millis()));
         }
         Some(settings)
@@ -199,9 +204,9 @@ pub const MIN_ADMIN_TOKEN_LEN: usize = 16;
 /// `ADMIN_TOKEN`, required: the admin API is closed by default. Only
 /// `ADMIN_INSECURE=true` (and no token) serves it open.
 fn admin_token(env: &mut EnvReader) -> Option<String> {
-    let token: Option<String> = env.optional("ADMIN_TOKEN");
-    let insecure: bool = env.or("ADMIN_INSECURE", false);
-    let (name, open) = (env.name("ADMIN_TOKEN"), env.name("ADMIN_INSECURE"));
+    let token: Option<String> = env.optional(s::ADMIN_TOKEN.name);
+    let insecure: bool = env.setting(&s::ADMIN_INSECURE);
+    let (name, open) = (env.name(s::ADMIN_TOKEN.name), env.name(s::ADMIN_INSECURE.name));
     match (&token, insecure) {
         (None, false) => env.problem(format!(
             "{name} is required: the admin gRPC API (trigger, pause) does not start without a bearer token \
@@ -217,36 +222,45 @@ fn admin_token(env: &mut EnvReader) -> Option<String> {
 }
 
 impl SchedulerConfig {
-    pub fn read(env: &mut EnvReader) -> Self {
-        let default_instance = sluice_service::env::default_instance_id("scheduler");
+    /// Reads the service's variables ([`settings::SETTINGS`]); problems are collected in
+    /// `env`. `None` when `REDIS_URL` is missing (a missing token is a problem, not a `None`:
+    /// `ADMIN_INSECURE` may stand for it).
+    pub fn read(env: &mut EnvReader) -> Option<Self> {
+        let redis_url: Option<String> = env.required_setting(&s::REDIS_URL);
         let config = Self {
-            // Missing, it is one of the problems `finish` reports.
-            redis_url: env.required("REDIS_URL").unwrap_or_default(),
-            redis_prefix: env.or("REDIS_PREFIX", "sluice:".to_string()),
-            chain_url: env.or("CHAIN_URL", "http://127.0.0.1:50051".to_string()),
-            chain_timeout: env.millis("CHAIN_TIMEOUT_MS", Duration::from_secs(10)),
-            instance_id: env.or("INSTANCE_ID", default_instance),
-            admin_listen: env.or("ADMIN_LISTEN", SocketAddr::from(([0, 0, 0, 0], 9091))),
-            grpc_listen: env.or("GRPC_LISTEN", SocketAddr::from(([0, 0, 0, 0], 50061))),
+            redis_url: redis_url.clone().unwrap_or_default(),
+            redis_prefix: env.setting(&s::REDIS_PREFIX),
+            chain_url: env.setting(&s::CHAIN_URL),
+            chain_timeout: env.setting_ms(&s::CHAIN_TIMEOUT_MS),
+            instance_id: env.setting_or(&s::INSTANCE_ID, sluice_service::env::default_instance_id("scheduler")),
+            admin_listen: env.setting(&s::ADMIN_LISTEN),
+            grpc_listen: env.setting(&s::GRPC_LISTEN),
             admin_token: admin_token(env),
-            lease_ttl: env.millis("LEASE_TTL_MS", Duration::from_secs(5)),
-            cancel_grace: env.millis("CANCEL_GRACE_MS", Duration::from_secs(2)),
-            shutdown_deadline: env.millis("SHUTDOWN_DEADLINE_MS", Duration::from_secs(20)),
-            history_keep: env.or("HISTORY_KEEP", 1000),
-            history_ttl: env.millis("HISTORY_TTL_MS", Duration::from_secs(7 * 86_400)),
-            reconcile_concurrency: env.or("RECONCILE_CONCURRENCY", 8),
-            reconcile_repair: env.or("RECONCILE_REPAIR", true),
+            lease_ttl: env.setting_ms(&s::LEASE_TTL_MS),
+            cancel_grace: env.setting_ms(&s::CANCEL_GRACE_MS),
+            shutdown_deadline: env.setting_ms(&s::SHUTDOWN_DEADLINE_MS),
+            history_keep: env.setting(&s::HISTORY_KEEP),
+            history_ttl: env.setting_ms(&s::HISTORY_TTL_MS),
+            reconcile_concurrency: env.setting(&s::RECONCILE_CONCURRENCY),
+            reconcile_repair: env.setting(&s::RECONCILE_REPAIR),
         };
+        config.check(env);
+        redis_url.map(|_| config)
+    }
+
+    /// The rules between settings.
+    fn check(&self, env: &mut EnvReader) {
+        let config = self;
         if config.lease_ttl < Duration::from_millis(300) {
-            let name = env.name("LEASE_TTL_MS");
+            let name = env.name(s::LEASE_TTL_MS.name);
             env.problem(format!("{name} must be at least 300 (it is renewed every third of it)"));
         }
         if config.shutdown_deadline <= config.cancel_grace {
-            let (a, b) = (env.name("SHUTDOWN_DEADLINE_MS"), env.name("CANCEL_GRACE_MS"));
+            let (a, b) = (env.name(s::SHUTDOWN_DEADLINE_MS.name), env.name(s::CANCEL_GRACE_MS.name));
             env.problem(format!("{a} must be above {b}"));
         }
         for (name, value) in
-            [("HISTORY_KEEP", config.history_keep), ("RECONCILE_CONCURRENCY", config.reconcile_concurrency)]
+            [(s::HISTORY_KEEP.name, config.history_keep), (s::RECONCILE_CONCURRENCY.name, config.reconcile_concurrency)]
         {
             if value == 0 {
                 let name = env.name(name);
@@ -254,10 +268,9 @@ impl SchedulerConfig {
             }
         }
         if config.instance_id.contains(char::is_whitespace) || config.instance_id.is_empty() {
-            let name = env.name("INSTANCE_ID");
+            let name = env.name(s::INSTANCE_ID.name);
             env.problem(format!("{name} must be a non-empty name without spaces"));
         }
-        config
     }
 }
 
@@ -300,7 +313,7 @@ mod tests {
     fn the_admin_api_needs_a_token_unless_asked_to_be_open() {
         let problems = |pairs: &[(&str, &str)]| {
             let mut e = env(&[&[("REDIS_URL", "redis://x")], pairs].concat());
-            let config = SchedulerConfig::read(&mut e);
+            let config = SchedulerConfig::read(&mut e).expect("REDIS_URL");
             (config.admin_token, e.finish().err().map(|e| e.to_string()))
         };
         let (token, none) = problems(&[]);

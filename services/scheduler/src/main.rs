@@ -1,9 +1,9 @@
 //! scheduler: owns every periodic job, so processors can scale freely.
 //! Runs as 2+ replicas; each scheduled tick runs once across them.
 //!
-//! Configuration: `SLUICE_SCHEDULER_…` variables (see ARCHITECTURE.md and
-//! `sluice_scheduler::config`); every bad or unknown one is reported by
-//! name and the process exits with status 2.
+//! Configuration: `SLUICE_SCHEDULER_…` variables, listed by `sluice-scheduler --help` and
+//! in docs/scheduler.md, both rendered from `sluice_scheduler::config::settings`; every bad
+//! or unknown one is reported by name and the process exits with status 2.
 //!
 //! `sluice-scheduler admin list|runs JOB|trigger JOB|pause JOB|resume JOB`
 //! calls a running scheduler's admin API.
@@ -15,11 +15,13 @@ use std::time::Duration;
 use anyhow::Context;
 use sluice_scheduler::clock::SystemClock;
 use sluice_scheduler::config::SchedulerConfig;
+use sluice_scheduler::config::settings as s;
 use sluice_scheduler::engine::{Engine, JobEntry};
 use sluice_scheduler::metrics::Metrics;
 use sluice_scheduler::store::redis::RedisStore;
 use sluice_scheduler::{admin, jobs};
 use sluice_service::env::EnvReader;
+use sluice_service::settings;
 use sluice_service::{signal, telemetry};
 use tokio::sync::watch;
 
@@ -51,7 +53,24 @@ async fn watch_generation(
     }
 }
 
+const PREFIX: &str = "SLUICE_SCHEDULER_";
+
+/// Where each job's settings are, in the docs and `--help`.
+const JOB_PREFIX: &str = "SLUICE_SCHEDULER_JOB_<NAME>_";
+
 fn main() -> anyhow::Result<()> {
+    if std::env::args().nth(1).is_some_and(|a| a == "--help" || a == "-h") {
+        use std::io::Write;
+        let usage = "sluice-scheduler: runs every periodic job once per tick across its replicas; \
+                     `sluice-scheduler admin --help` for the admin client.\n\
+                     Its settings are environment variables (a bad or unknown one stops it with status 2):\n";
+        let (service, jobs) = (settings::help(PREFIX, &[s::SETTINGS]), settings::help(JOB_PREFIX, &[s::JOB_SETTINGS]));
+        write!(
+            std::io::stdout(),
+            "{usage}\n{service}\nEach job's, <NAME> being TOKEN_REFRESH, POOL_RECONCILE or HEARTBEAT:\n{jobs}"
+        )?;
+        return Ok(());
+    }
     let tokio = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
     // `sluice-scheduler admin …` talks to a running scheduler instead.
     if std::env::args().nth(1).as_deref() == Some("admin") {
@@ -68,20 +87,31 @@ fn main() -> anyhow::Result<()> {
     result
 }
 
-async fn run() -> anyhow::Result<()> {
-    let mut env = EnvReader::from_env("SLUICE_SCHEDULER_");
+/// The service's settings and its jobs'; a bad or unknown one stops the process with status 2,
+/// every problem named.
+fn configuration() -> (SchedulerConfig, Vec<JobEntry>) {
+    let mut env = EnvReader::from_env(PREFIX);
     let config = SchedulerConfig::read(&mut env);
-    let entries = match jobs::builtin(&config) {
-        Ok(jobs) => JobEntry::read_all(&mut env, jobs),
-        Err(e) => {
+    let entries = match config.as_ref().map(jobs::builtin) {
+        Some(Ok(jobs)) => JobEntry::read_all(&mut env, jobs),
+        Some(Err(e)) => {
             env.problem(e.to_string());
             Vec::new()
         }
+        None => Vec::new(),
     };
-    if let Err(e) = env.finish() {
-        tracing::error!("{e}");
-        std::process::exit(2);
+    // A missing required setting is one of the problems `finish` reports.
+    match (env.finish(), config) {
+        (Ok(()), Some(config)) => (config, entries),
+        (result, _) => {
+            tracing::error!("{}", result.err().map_or_else(|| "invalid configuration".to_string(), |e| e.to_string()));
+            std::process::exit(2);
+        }
     }
+}
+
+async fn run() -> anyhow::Result<()> {
+    let (config, entries) = configuration();
 
     let metrics = Metrics::new();
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -143,4 +173,41 @@ async fn run() -> anyhow::Result<()> {
     .await;
     tracing::info!("Scheduler stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_exactly_its_tables() {
+        let vars = [("REDIS_URL", "redis://r:6379"), ("ADMIN_INSECURE", "true")];
+        let mut env = EnvReader::from_vars(PREFIX, vars.map(|(k, v)| (format!("{PREFIX}{k}"), v.to_string())));
+        let config = SchedulerConfig::read(&mut env).expect("complete");
+        // The chain client's channel is made (not connected) inside a runtime.
+        let tokio = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio");
+        let _inside = tokio.enter();
+        let jobs = jobs::builtin(&config).expect("jobs");
+        let names: Vec<String> = jobs.iter().map(|j| j.name().to_uppercase().replace('-', "_")).collect();
+        JobEntry::read_all(&mut env, jobs);
+        let mut declared: std::collections::BTreeSet<String> = s::SETTINGS.iter().map(|s| s.name.to_string()).collect();
+        for job in &names {
+            declared.extend(s::JOB_SETTINGS.iter().map(|s| format!("JOB_{job}_{}", s.name)));
+        }
+        assert_eq!(env.names_read(), declared);
+        env.finish().expect("valid");
+    }
+
+    #[test]
+    fn the_docs_tables_are_the_code_s() {
+        let page = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/scheduler.md");
+        for (key, table) in [
+            ("scheduler", settings::markdown(PREFIX, &[s::SETTINGS])),
+            ("scheduler-jobs", settings::markdown(JOB_PREFIX, &[s::JOB_SETTINGS])),
+        ] {
+            if let Err(e) = settings::check_docs(&page, key, &table) {
+                panic!("{e}");
+            }
+        }
+    }
 }

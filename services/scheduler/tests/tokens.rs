@@ -45,7 +45,7 @@ async fn refresh_writes_the_registry_and_announces_changed_tokens() {
                 ("S_ADMIN_TOKEN".to_string(), common::ADMIN_TOKEN.to_string()),
             ],
         );
-        sluice_scheduler::config::SchedulerConfig::read(&mut env)
+        sluice_scheduler::config::SchedulerConfig::read(&mut env).expect("REDIS_URL")
     })
     .expect("chain client");
     let engine = engine(

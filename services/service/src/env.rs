@@ -149,13 +149,7 @@ impl EnvReader {
     where
         T::Err: Display,
     {
-        let Default::Value(text) = setting.default else {
-            panic!("setting {}: its default is {:?}, not a value", setting.name, setting.default)
-        };
-        let default = text
-            .parse()
-            .unwrap_or_else(|e| panic!("setting {}: its default {text:?} does not parse: {e}", setting.name));
-        self.or(setting.name, default)
+        self.or(setting.name, setting.value())
     }
 
     /// `setting`'s value, or `default` (computed at start: the table says how, as

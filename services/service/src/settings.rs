@@ -22,6 +22,23 @@ pub struct Setting {
     pub why: &'static str,
 }
 
+impl Setting {
+    /// The table's default value as `T`.
+    ///
+    /// # Panics
+    /// If the default is not a [`Default::Value`] or does not parse as `T`: a mistake in the
+    /// table, which every test that reads the service's configuration finds.
+    pub fn value<T: std::str::FromStr>(&self) -> T
+    where
+        T::Err: std::fmt::Display,
+    {
+        let Default::Value(text) = self.default else {
+            panic!("setting {}: its default is {:?}, not a value", self.name, self.default)
+        };
+        text.parse().unwrap_or_else(|e| panic!("setting {}: its default {text:?} does not parse: {e}", self.name))
+    }
+}
+
 /// A setting's value when its variable is unset (or empty).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Default {

@@ -119,7 +119,7 @@ impl World {
         vars.push(("S_ADMIN_INSECURE".into(), "true".into())); // no admin API in the harness
         vars.extend(self.env.iter().map(|(k, v)| (format!("S_{k}"), v.clone())));
         let mut env = sluice_service::env::EnvReader::from_vars("S_", vars);
-        let config = SchedulerConfig::read(&mut env);
+        let config = SchedulerConfig::read(&mut env).expect("test settings: REDIS_URL");
         let entries = JobEntry::read_all(&mut env, vec![job]);
         if let Err(e) = env.finish() {
             panic!("test settings: {e}");

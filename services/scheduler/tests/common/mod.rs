@@ -308,7 +308,7 @@ pub async fn engine(
     ];
     vars.extend(env.iter().map(|(k, v)| (format!("S_{k}"), v.to_string())));
     let mut reader = sluice_service::env::EnvReader::from_vars("S_", vars);
-    let config = SchedulerConfig::read(&mut reader);
+    let config = SchedulerConfig::read(&mut reader).expect("REDIS_URL");
     let entries = JobEntry::read_all(&mut reader, jobs);
     reader.finish().expect("valid test configuration");
     let client = redis::Client::open(sluice_testkit::redis_url()).expect("redis url");
