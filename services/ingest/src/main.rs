@@ -96,9 +96,7 @@ mod tests {
         let vars = [("KAFKA_BROKERS", "k:9092"), ("REDIS_URL", "redis://r:6379")];
         let mut env = EnvReader::from_vars(PREFIX, vars.map(|(k, v)| (format!("{PREFIX}{k}"), v.to_string())));
         IngestConfig::read(&mut env).expect("complete");
-        let declared: std::collections::BTreeSet<String> =
-            TABLES.iter().flat_map(|t| t.iter()).map(|s| s.name.to_string()).collect();
-        assert_eq!(env.names_read(), declared);
+        assert_eq!(env.names_read(), settings::names(TABLES));
         env.finish().expect("valid");
     }
 

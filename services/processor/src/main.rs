@@ -67,9 +67,7 @@ mod tests {
         RuntimeConfig::read(&mut env, &sluice_dex::handler::DEFAULTS).expect("runtime");
         RedisConfig::read(&mut env).expect("redis");
         DexConfig::read(&mut env);
-        let declared: std::collections::BTreeSet<String> =
-            TABLES.iter().flat_map(|t| t.iter()).map(|s| s.name.to_string()).collect();
-        assert_eq!(env.names_read(), declared);
+        assert_eq!(env.names_read(), settings::names(TABLES));
         env.finish().expect("valid");
     }
 

@@ -298,9 +298,7 @@ mod tests {
     fn reads_exactly_the_settings_its_table_declares() {
         let mut env = reader(&[("KAFKA_BROKERS", "k:9092"), ("EXACTLY_ONCE", "true")]);
         RuntimeConfig::read(&mut env, &WORKLOAD).expect("complete");
-        let declared: std::collections::BTreeSet<String> =
-            settings::SETTINGS.iter().chain(KAFKA_SETTINGS).map(|s| s.name.to_string()).collect();
-        assert_eq!(env.names_read(), declared);
+        assert_eq!(env.names_read(), sluice_service::settings::names(&[settings::SETTINGS, KAFKA_SETTINGS]));
     }
 
     #[test]

@@ -190,7 +190,7 @@ mod tests {
         let jobs = jobs::builtin(&config).expect("jobs");
         let names: Vec<String> = jobs.iter().map(|j| j.name().to_uppercase().replace('-', "_")).collect();
         JobEntry::read_all(&mut env, jobs);
-        let mut declared: std::collections::BTreeSet<String> = s::SETTINGS.iter().map(|s| s.name.to_string()).collect();
+        let mut declared = settings::names(&[s::SETTINGS]);
         for job in &names {
             declared.extend(s::JOB_SETTINGS.iter().map(|s| format!("JOB_{job}_{}", s.name)));
         }

@@ -23,6 +23,17 @@ pub struct Setting {
 }
 
 impl Setting {
+    /// A table's row (a `const`).
+    pub const fn new(
+        name: &'static str,
+        kind: &'static str,
+        default: Default,
+        what: &'static str,
+        why: &'static str,
+    ) -> Self {
+        Self { name, kind, default, what, why }
+    }
+
     /// The table's default value as `T`.
     ///
     /// # Panics
@@ -61,6 +72,11 @@ impl Default {
             Self::Derived(words) => words.into(),
         }
     }
+}
+
+/// The names in `tables` (a service's test compares them with what its reader read).
+pub fn names(tables: &[&[Setting]]) -> std::collections::BTreeSet<String> {
+    tables.iter().flat_map(|t| t.iter()).map(|s| s.name.to_string()).collect()
 }
 
 /// A service's tables, rendered as Markdown: one row per setting under `prefix`.

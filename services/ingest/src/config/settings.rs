@@ -4,16 +4,6 @@
 
 use sluice_service::settings::{Default, Setting};
 
-const fn setting(
-    name: &'static str,
-    kind: &'static str,
-    default: Default,
-    what: &'static str,
-    why: &'static str,
-) -> Setting {
-    Setting { name, kind, default, what, why }
-}
-
 /// Every ingest setting, in the docs' order (the Kafka client's own are
 /// `sluice_service::env::KAFKA_SETTINGS`).
 pub const SETTINGS: &[Setting] = &[
@@ -39,9 +29,9 @@ pub const SETTINGS: &[Setting] = &[
 ];
 
 pub const KAFKA_BROKERS: Setting =
-    setting("KAFKA_BROKERS", "host:port list", Default::Required, "the Kafka bootstrap servers", "");
+    Setting::new("KAFKA_BROKERS", "host:port list", Default::Required, "the Kafka bootstrap servers", "");
 
-pub const REDIS_URL: Setting = setting(
+pub const REDIS_URL: Setting = Setting::new(
     "REDIS_URL",
     "`redis://host:port[/db]`",
     Default::Required,
@@ -49,7 +39,7 @@ pub const REDIS_URL: Setting = setting(
     "",
 );
 
-pub const CHAIN_URL: Setting = setting(
+pub const CHAIN_URL: Setting = Setting::new(
     "CHAIN_URL",
     "URL",
     Default::Value("http://127.0.0.1:50051"),
@@ -57,7 +47,7 @@ pub const CHAIN_URL: Setting = setting(
     "chainsim's local address; the chart sets the in-cluster one",
 );
 
-pub const TOPIC: Setting = setting(
+pub const TOPIC: Setting = Setting::new(
     "TOPIC",
     "topic",
     Default::Value("chain.transactions"),
@@ -65,7 +55,7 @@ pub const TOPIC: Setting = setting(
     "the topic the processors consume by default",
 );
 
-pub const REDIS_PREFIX: Setting = setting(
+pub const REDIS_PREFIX: Setting = Setting::new(
     "REDIS_PREFIX",
     "text",
     Default::Value("sluice:"),
@@ -73,7 +63,7 @@ pub const REDIS_PREFIX: Setting = setting(
     "the processors' and the scheduler's default too, so one Redis serves them all",
 );
 
-pub const INSTANCE_ID: Setting = setting(
+pub const INSTANCE_ID: Setting = Setting::new(
     "INSTANCE_ID",
     "text",
     Default::Derived("the pod's hostname, else `ingest-<pid>`"),
@@ -81,7 +71,7 @@ pub const INSTANCE_ID: Setting = setting(
     "unique per replica without configuration: the pod name is",
 );
 
-pub const LEASE_TTL_MS: Setting = setting(
+pub const LEASE_TTL_MS: Setting = Setting::new(
     "LEASE_TTL_MS",
     "milliseconds",
     Default::Value("5000"),
@@ -89,7 +79,7 @@ pub const LEASE_TTL_MS: Setting = setting(
     "renewed every third of it with each call bounded, so a lease survives a slow Redis call, and a crash stops the stream for 5 s at most (at least 1000)",
 );
 
-pub const MAX_IN_FLIGHT: Setting = setting(
+pub const MAX_IN_FLIGHT: Setting = Setting::new(
     "MAX_IN_FLIGHT",
     "records",
     Default::Value("10000"),
@@ -97,7 +87,7 @@ pub const MAX_IN_FLIGHT: Setting = setting(
     "a choice, not swept: about 0.15 s at the saturated rate of 64,000–72,000 records/s (results/README.md), so the producer never waits on one delivery",
 );
 
-pub const CURSOR_INTERVAL_MS: Setting = setting(
+pub const CURSOR_INTERVAL_MS: Setting = Setting::new(
     "CURSOR_INTERVAL_MS",
     "milliseconds",
     Default::Value("200"),
@@ -105,7 +95,7 @@ pub const CURSOR_INTERVAL_MS: Setting = setting(
     "a choice: what a crash re-sends at most (the processors' effects are idempotent), at five Redis writes a second",
 );
 
-pub const TRANSACTIONS: Setting = setting(
+pub const TRANSACTIONS: Setting = Setting::new(
     "TRANSACTIONS",
     "true or false",
     Default::Value("true"),
@@ -113,7 +103,7 @@ pub const TRANSACTIONS: Setting = setting(
     "measured: the fence left 0 duplicates where idempotent sends left 60 (ingest tests), for 0.89 of the throughput at saturation, far above the chain's real rate (results/README.md)",
 );
 
-pub const TRANSACTIONAL_ID: Setting = setting(
+pub const TRANSACTIONAL_ID: Setting = Setting::new(
     "TRANSACTIONAL_ID",
     "text",
     Default::Derived("`sluice-ingest.<topic>`"),
@@ -121,7 +111,7 @@ pub const TRANSACTIONAL_ID: Setting = setting(
     "one per topic, shared by the pair, so the instance that becomes active fences the other",
 );
 
-pub const TRANSACTION_INTERVAL_MS: Setting = setting(
+pub const TRANSACTION_INTERVAL_MS: Setting = Setting::new(
     "TRANSACTION_INTERVAL_MS",
     "milliseconds",
     Default::Value("100"),
@@ -129,7 +119,7 @@ pub const TRANSACTION_INTERVAL_MS: Setting = setting(
     "measured: 500 ms bought no throughput (0.910 against 0.892 of idempotent, results/README.md), and readers see records at most 0.1 s later",
 );
 
-pub const TRANSACTION_TIMEOUT_MS: Setting = setting(
+pub const TRANSACTION_TIMEOUT_MS: Setting = Setting::new(
     "TRANSACTION_TIMEOUT_MS",
     "milliseconds",
     Default::Value("60000"),
@@ -137,7 +127,7 @@ pub const TRANSACTION_TIMEOUT_MS: Setting = setting(
     "Kafka's default; a standby that takes over aborts the old transaction at once, so it only matters with no standby (at least 1000 and above the interval)",
 );
 
-pub const START: Setting = setting(
+pub const START: Setting = Setting::new(
     "START",
     "`genesis`, `head` or a slot",
     Default::Value("genesis"),
@@ -145,7 +135,7 @@ pub const START: Setting = setting(
     "the whole chain: nothing before the first deployment is skipped unless asked",
 );
 
-pub const LOST_CURSOR: Setting = setting(
+pub const LOST_CURSOR: Setting = Setting::new(
     "LOST_CURSOR",
     "`stop` or `resend`",
     Default::Value("stop"),
@@ -153,7 +143,7 @@ pub const LOST_CURSOR: Setting = setting(
     "re-reading the chain is an operator's call; starting at the head would leave a gap",
 );
 
-pub const RECONNECT_MIN_MS: Setting = setting(
+pub const RECONNECT_MIN_MS: Setting = Setting::new(
     "RECONNECT_MIN_MS",
     "milliseconds",
     Default::Value("100"),
@@ -161,7 +151,7 @@ pub const RECONNECT_MIN_MS: Setting = setting(
     "a choice: a node restart is retried at once, not hammered",
 );
 
-pub const RECONNECT_MAX_MS: Setting = setting(
+pub const RECONNECT_MAX_MS: Setting = Setting::new(
     "RECONNECT_MAX_MS",
     "milliseconds",
     Default::Value("5000"),
@@ -169,7 +159,7 @@ pub const RECONNECT_MAX_MS: Setting = setting(
     "a choice: an outage costs at most 5 s more once the node is back",
 );
 
-pub const SHUTDOWN_DEADLINE_MS: Setting = setting(
+pub const SHUTDOWN_DEADLINE_MS: Setting = Setting::new(
     "SHUTDOWN_DEADLINE_MS",
     "milliseconds",
     Default::Value("20000"),
@@ -177,7 +167,7 @@ pub const SHUTDOWN_DEADLINE_MS: Setting = setting(
     "a choice: room for the last flush and commit behind a slow broker; the chart gives the pod this + 15 s of grace",
 );
 
-pub const ADMIN_LISTEN: Setting = setting(
+pub const ADMIN_LISTEN: Setting = Setting::new(
     "ADMIN_LISTEN",
     "host:port",
     Default::Value("0.0.0.0:9094"),

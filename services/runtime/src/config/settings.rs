@@ -4,16 +4,6 @@
 
 use sluice_service::settings::{Default, Setting};
 
-const fn setting(
-    name: &'static str,
-    kind: &'static str,
-    default: Default,
-    what: &'static str,
-    why: &'static str,
-) -> Setting {
-    Setting { name, kind, default, what, why }
-}
-
 /// Every runtime setting, in the docs' order (the Kafka client's own are
 /// `sluice_service::env::KAFKA_SETTINGS`).
 pub const SETTINGS: &[Setting] = &[
@@ -43,9 +33,9 @@ pub const SETTINGS: &[Setting] = &[
 ];
 
 pub const KAFKA_BROKERS: Setting =
-    setting("KAFKA_BROKERS", "host:port list", Default::Required, "the Kafka bootstrap servers", "");
+    Setting::new("KAFKA_BROKERS", "host:port list", Default::Required, "the Kafka bootstrap servers", "");
 
-pub const GROUP_ID: Setting = setting(
+pub const GROUP_ID: Setting = Setting::new(
     "GROUP_ID",
     "text",
     Default::Derived("the workload's (the processor's: `sluice-processor`)"),
@@ -53,7 +43,7 @@ pub const GROUP_ID: Setting = setting(
     "only the workload knows what it consumes",
 );
 
-pub const INPUT_TOPIC: Setting = setting(
+pub const INPUT_TOPIC: Setting = Setting::new(
     "INPUT_TOPIC",
     "topic",
     Default::Derived("the workload's (the processor's: `chain.transactions`)"),
@@ -61,7 +51,7 @@ pub const INPUT_TOPIC: Setting = setting(
     "only the workload knows what it consumes",
 );
 
-pub const DLQ_TOPIC: Setting = setting(
+pub const DLQ_TOPIC: Setting = Setting::new(
     "DLQ_TOPIC",
     "topic",
     Default::Derived("the workload's (the processor's: `chain.transactions.dlq`)"),
@@ -69,7 +59,7 @@ pub const DLQ_TOPIC: Setting = setting(
     "only the workload knows what it consumes",
 );
 
-pub const GROUP_PROTOCOL: Setting = setting(
+pub const GROUP_PROTOCOL: Setting = Setting::new(
     "GROUP_PROTOCOL",
     "`classic` or `consumer`",
     Default::Value("classic"),
@@ -77,7 +67,7 @@ pub const GROUP_PROTOCOL: Setting = setting(
     "classic runs on brokers before 4.0 too (KIP-848 is GA from Kafka 4.0), and moved a killed pod's partitions sooner on pods: 13 s against 18 s (results/README.md)",
 );
 
-pub const INSTANCE_ID: Setting = setting(
+pub const INSTANCE_ID: Setting = Setting::new(
     "INSTANCE_ID",
     "text",
     Default::Unset,
@@ -85,7 +75,7 @@ pub const INSTANCE_ID: Setting = setting(
     "off: a static member's close sends no LeaveGroup in librdkafka, so every scale-down would idle the removed pod's partitions for the whole session timeout",
 );
 
-pub const SESSION_TIMEOUT_MS: Setting = setting(
+pub const SESSION_TIMEOUT_MS: Setting = Setting::new(
     "SESSION_TIMEOUT_MS",
     "milliseconds",
     Default::Value("15000"),
@@ -93,7 +83,7 @@ pub const SESSION_TIMEOUT_MS: Setting = setting(
     "not Kafka's 45 s: a killed pod's partitions waited 42–45 s at 45 s and 13 s at 15 s, measured on pods (results/README.md); heartbeats come every 3 s from librdkafka's own thread",
 );
 
-pub const MAX_POLL_INTERVAL_MS: Setting = setting(
+pub const MAX_POLL_INTERVAL_MS: Setting = Setting::new(
     "MAX_POLL_INTERVAL_MS",
     "milliseconds",
     Default::Value("300000"),
@@ -101,7 +91,7 @@ pub const MAX_POLL_INTERVAL_MS: Setting = setting(
     "librdkafka's default; the consumer thread polls continuously, so only a hang reaches it",
 );
 
-pub const MAX_IN_FLIGHT_PER_PARTITION: Setting = setting(
+pub const MAX_IN_FLIGHT_PER_PARTITION: Setting = Setting::new(
     "MAX_IN_FLIGHT_PER_PARTITION",
     "records",
     Default::Value("10000"),
@@ -109,7 +99,7 @@ pub const MAX_IN_FLIGHT_PER_PARTITION: Setting = setting(
     "above the consumer thread's 8,192-record intake bound, which comes first: a pause throws librdkafka's prefetch away",
 );
 
-pub const MAX_BYTES_PER_PARTITION: Setting = setting(
+pub const MAX_BYTES_PER_PARTITION: Setting = Setting::new(
     "MAX_BYTES_PER_PARTITION",
     "bytes",
     Default::Value("16777216"),
@@ -117,7 +107,7 @@ pub const MAX_BYTES_PER_PARTITION: Setting = setting(
     "16 MiB, what librdkafka prefetches (`queued.max.messages.kbytes` 16,384)",
 );
 
-pub const RESUME_FRACTION: Setting = setting(
+pub const RESUME_FRACTION: Setting = Setting::new(
     "RESUME_FRACTION",
     "fraction in [0, 1)",
     Default::Value("0.5"),
@@ -125,7 +115,7 @@ pub const RESUME_FRACTION: Setting = setting(
     "hysteresis: a partition at its limit does not pause and resume on every record",
 );
 
-pub const CONCURRENCY: Setting = setting(
+pub const CONCURRENCY: Setting = Setting::new(
     "CONCURRENCY",
     "units",
     Default::Value("256"),
@@ -133,7 +123,7 @@ pub const CONCURRENCY: Setting = setting(
     "a choice, not swept: far above the partitions a pod owns, so records waiting on a slow key never hold back the rest",
 );
 
-pub const RETRY_INITIAL_MS: Setting = setting(
+pub const RETRY_INITIAL_MS: Setting = Setting::new(
     "RETRY_INITIAL_MS",
     "milliseconds",
     Default::Value("50"),
@@ -141,7 +131,7 @@ pub const RETRY_INITIAL_MS: Setting = setting(
     "a choice, not measured: a few Redis round trips, so a blip costs little latency",
 );
 
-pub const RETRY_MAX_MS: Setting = setting(
+pub const RETRY_MAX_MS: Setting = Setting::new(
     "RETRY_MAX_MS",
     "milliseconds",
     Default::Value("5000"),
@@ -149,7 +139,7 @@ pub const RETRY_MAX_MS: Setting = setting(
     "a choice: an outage is retried every few seconds, not hammered",
 );
 
-pub const RETRY_ATTEMPTS_BEFORE_STALL: Setting = setting(
+pub const RETRY_ATTEMPTS_BEFORE_STALL: Setting = Setting::new(
     "RETRY_ATTEMPTS_BEFORE_STALL",
     "attempts",
     Default::Value("10"),
@@ -157,7 +147,7 @@ pub const RETRY_ATTEMPTS_BEFORE_STALL: Setting = setting(
     "about 20 s of backoff (50 ms doubling to 5 s): longer than a Redis failover, so a stall means an outage",
 );
 
-pub const DRAIN_DEADLINE_MS: Setting = setting(
+pub const DRAIN_DEADLINE_MS: Setting = Setting::new(
     "DRAIN_DEADLINE_MS",
     "milliseconds",
     Default::Value("10000"),
@@ -165,7 +155,7 @@ pub const DRAIN_DEADLINE_MS: Setting = setting(
     "must be below the rebalance timeout (the 15 s session timeout, classic); a member still draining then is expelled and its commit fails",
 );
 
-pub const SHUTDOWN_DEADLINE_MS: Setting = setting(
+pub const SHUTDOWN_DEADLINE_MS: Setting = Setting::new(
     "SHUTDOWN_DEADLINE_MS",
     "milliseconds",
     Default::Value("25000"),
@@ -173,7 +163,7 @@ pub const SHUTDOWN_DEADLINE_MS: Setting = setting(
     "the drain's 10 s + 6 s for the flush and commit, with room; the chart gives the pod this + 15 s of grace",
 );
 
-pub const COMMIT_INTERVAL_MS: Setting = setting(
+pub const COMMIT_INTERVAL_MS: Setting = Setting::new(
     "COMMIT_INTERVAL_MS",
     "milliseconds",
     Default::Value("1000"),
@@ -181,7 +171,7 @@ pub const COMMIT_INTERVAL_MS: Setting = setting(
     "bounds what a crash replays to about a second of records (effects are idempotent) at one commit request per second; librdkafka's auto-commit waits 5 s",
 );
 
-pub const ADMIN_LISTEN: Setting = setting(
+pub const ADMIN_LISTEN: Setting = Setting::new(
     "ADMIN_LISTEN",
     "host:port",
     Default::Value("0.0.0.0:9090"),
@@ -189,7 +179,7 @@ pub const ADMIN_LISTEN: Setting = setting(
     "the port the chart's probes and scrape use",
 );
 
-pub const EXACTLY_ONCE: Setting = setting(
+pub const EXACTLY_ONCE: Setting = Setting::new(
     "EXACTLY_ONCE",
     "true or false",
     Default::Value("false"),
@@ -197,7 +187,7 @@ pub const EXACTLY_ONCE: Setting = setting(
     "at-least-once with idempotent effects is what the DEX needs; exactly-once cost 8–22% more CPU per record in the open loops (results/README.md) and one interval of latency for `read_committed` readers",
 );
 
-pub const TRANSACTION_INTERVAL_MS: Setting = setting(
+pub const TRANSACTION_INTERVAL_MS: Setting = Setting::new(
     "TRANSACTION_INTERVAL_MS",
     "milliseconds",
     Default::Value("100"),
@@ -205,7 +195,7 @@ pub const TRANSACTION_INTERVAL_MS: Setting = setting(
     "measured: at 100 ms the drain kept 0.95–1.02 of at-least-once's rate (results/README.md), and a `read_committed` reader waits at most 0.1 s more",
 );
 
-pub const TRANSACTION_TIMEOUT_MS: Setting = setting(
+pub const TRANSACTION_TIMEOUT_MS: Setting = Setting::new(
     "TRANSACTION_TIMEOUT_MS",
     "milliseconds",
     Default::Value("10000"),
@@ -213,7 +203,7 @@ pub const TRANSACTION_TIMEOUT_MS: Setting = setting(
     "at least 10 intervals; shorter than Kafka's 60 s, because until it ends the outputs' readers and the partitions' next owners wait",
 );
 
-pub const TRANSACTIONAL_ID: Setting = setting(
+pub const TRANSACTIONAL_ID: Setting = Setting::new(
     "TRANSACTIONAL_ID",
     "text",
     Default::Derived("`<group>.<instance id>`, else `<group>.<host>.<nonce>`"),

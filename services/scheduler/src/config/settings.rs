@@ -5,16 +5,6 @@
 
 use sluice_service::settings::{Default, Setting};
 
-const fn setting(
-    name: &'static str,
-    kind: &'static str,
-    default: Default,
-    what: &'static str,
-    why: &'static str,
-) -> Setting {
-    Setting { name, kind, default, what, why }
-}
-
 /// The service's settings (`SLUICE_SCHEDULER_…`), in the docs' order.
 pub const SETTINGS: &[Setting] = &[
     REDIS_URL,
@@ -35,7 +25,7 @@ pub const SETTINGS: &[Setting] = &[
     ADMIN_INSECURE,
 ];
 
-pub const REDIS_URL: Setting = setting(
+pub const REDIS_URL: Setting = Setting::new(
     "REDIS_URL",
     "`redis://host:port[/db]`",
     Default::Required,
@@ -43,7 +33,7 @@ pub const REDIS_URL: Setting = setting(
     "",
 );
 
-pub const REDIS_PREFIX: Setting = setting(
+pub const REDIS_PREFIX: Setting = Setting::new(
     "REDIS_PREFIX",
     "text",
     Default::Value("sluice:"),
@@ -51,7 +41,7 @@ pub const REDIS_PREFIX: Setting = setting(
     "the processors' and the ingest's default too: the jobs read and repair the pool state the processors write",
 );
 
-pub const CHAIN_URL: Setting = setting(
+pub const CHAIN_URL: Setting = Setting::new(
     "CHAIN_URL",
     "URL",
     Default::Value("http://127.0.0.1:50051"),
@@ -59,7 +49,7 @@ pub const CHAIN_URL: Setting = setting(
     "chainsim's local address; the chart sets the in-cluster one",
 );
 
-pub const CHAIN_TIMEOUT_MS: Setting = setting(
+pub const CHAIN_TIMEOUT_MS: Setting = Setting::new(
     "CHAIN_TIMEOUT_MS",
     "milliseconds",
     Default::Value("10000"),
@@ -67,7 +57,7 @@ pub const CHAIN_TIMEOUT_MS: Setting = setting(
     "a choice: well inside the shortest job timeout that calls the chain (token-refresh, 30 s)",
 );
 
-pub const INSTANCE_ID: Setting = setting(
+pub const INSTANCE_ID: Setting = Setting::new(
     "INSTANCE_ID",
     "name without spaces",
     Default::Derived("the pod's hostname, else `scheduler-<pid>`"),
@@ -75,7 +65,7 @@ pub const INSTANCE_ID: Setting = setting(
     "unique per replica without configuration: the pod name is",
 );
 
-pub const LEASE_TTL_MS: Setting = setting(
+pub const LEASE_TTL_MS: Setting = Setting::new(
     "LEASE_TTL_MS",
     "milliseconds",
     Default::Value("5000"),
@@ -83,7 +73,7 @@ pub const LEASE_TTL_MS: Setting = setting(
     "renewals every 1.7 s with each call bounded survive a slow Redis call, and a dead replica's job is taken over within 5 s (at least 300)",
 );
 
-pub const CANCEL_GRACE_MS: Setting = setting(
+pub const CANCEL_GRACE_MS: Setting = Setting::new(
     "CANCEL_GRACE_MS",
     "milliseconds",
     Default::Value("2000"),
@@ -91,7 +81,7 @@ pub const CANCEL_GRACE_MS: Setting = setting(
     "a choice: a job's effects are fenced and idempotent per tick, so a dropped run costs nothing but its work (below the shutdown deadline)",
 );
 
-pub const SHUTDOWN_DEADLINE_MS: Setting = setting(
+pub const SHUTDOWN_DEADLINE_MS: Setting = Setting::new(
     "SHUTDOWN_DEADLINE_MS",
     "milliseconds",
     Default::Value("20000"),
@@ -99,7 +89,7 @@ pub const SHUTDOWN_DEADLINE_MS: Setting = setting(
     "a choice: room for the short jobs to finish; a longer run is cancelled, its effects fenced and idempotent per tick; the chart gives the pod this + 15 s of grace",
 );
 
-pub const HISTORY_KEEP: Setting = setting(
+pub const HISTORY_KEEP: Setting = Setting::new(
     "HISTORY_KEEP",
     "runs",
     Default::Value("1000"),
@@ -107,7 +97,7 @@ pub const HISTORY_KEEP: Setting = setting(
     "a choice: about 4 h of the 15-second heartbeat, 17 h of the minutely token refresh, 3.5 days of the 5-minute reconciliation",
 );
 
-pub const HISTORY_TTL_MS: Setting = setting(
+pub const HISTORY_TTL_MS: Setting = Setting::new(
     "HISTORY_TTL_MS",
     "milliseconds",
     Default::Value("604800000"),
@@ -115,7 +105,7 @@ pub const HISTORY_TTL_MS: Setting = setting(
     "a week: a weekend's runs are still there on Monday",
 );
 
-pub const RECONCILE_CONCURRENCY: Setting = setting(
+pub const RECONCILE_CONCURRENCY: Setting = Setting::new(
     "RECONCILE_CONCURRENCY",
     "pools",
     Default::Value("8"),
@@ -123,7 +113,7 @@ pub const RECONCILE_CONCURRENCY: Setting = setting(
     "a choice: the chain node and Redis each see 8 requests at a time, not the whole pool list",
 );
 
-pub const RECONCILE_REPAIR: Setting = setting(
+pub const RECONCILE_REPAIR: Setting = Setting::new(
     "RECONCILE_REPAIR",
     "true or false",
     Default::Value("true"),
@@ -131,7 +121,7 @@ pub const RECONCILE_REPAIR: Setting = setting(
     "drift is a bug's trace; repaired, the state is the chain's again, and the run records what it found either way",
 );
 
-pub const ADMIN_LISTEN: Setting = setting(
+pub const ADMIN_LISTEN: Setting = Setting::new(
     "ADMIN_LISTEN",
     "host:port",
     Default::Value("0.0.0.0:9091"),
@@ -139,7 +129,7 @@ pub const ADMIN_LISTEN: Setting = setting(
     "the port the chart's probes and scrape use",
 );
 
-pub const GRPC_LISTEN: Setting = setting(
+pub const GRPC_LISTEN: Setting = Setting::new(
     "GRPC_LISTEN",
     "host:port",
     Default::Value("0.0.0.0:50061"),
@@ -147,7 +137,7 @@ pub const GRPC_LISTEN: Setting = setting(
     "the port the chart's Service exposes",
 );
 
-pub const ADMIN_TOKEN: Setting = setting(
+pub const ADMIN_TOKEN: Setting = Setting::new(
     "ADMIN_TOKEN",
     "text, 16 characters or more",
     Default::Required,
@@ -155,7 +145,7 @@ pub const ADMIN_TOKEN: Setting = setting(
     "closed by default: without it the scheduler does not start, unless `ADMIN_INSECURE=true`",
 );
 
-pub const ADMIN_INSECURE: Setting = setting(
+pub const ADMIN_INSECURE: Setting = Setting::new(
     "ADMIN_INSECURE",
     "true or false",
     Default::Value("false"),
@@ -175,7 +165,7 @@ pub const JOB_SETTINGS: &[Setting] = &[
     JOB_JITTER_MS,
 ];
 
-pub const JOB_SCHEDULE: Setting = setting(
+pub const JOB_SCHEDULE: Setting = Setting::new(
     "SCHEDULE",
     "cron with seconds, UTC",
     Default::Derived("the job's (`0 * * * * *`, `0 */5 * * * *`, `*/15 * * * * *`)"),
@@ -183,7 +173,7 @@ pub const JOB_SCHEDULE: Setting = setting(
     "",
 );
 
-pub const JOB_ENABLED: Setting = setting(
+pub const JOB_ENABLED: Setting = Setting::new(
     "ENABLED",
     "true or false",
     Default::Derived("the job's (`true`)"),
@@ -191,7 +181,7 @@ pub const JOB_ENABLED: Setting = setting(
     "",
 );
 
-pub const JOB_PAUSED: Setting = setting(
+pub const JOB_PAUSED: Setting = Setting::new(
     "PAUSED",
     "true or false",
     Default::Value("false"),
@@ -199,7 +189,7 @@ pub const JOB_PAUSED: Setting = setting(
     "a pause is an operator's act, usually through the API",
 );
 
-pub const JOB_OVERLAP: Setting = setting(
+pub const JOB_OVERLAP: Setting = Setting::new(
     "OVERLAP",
     "`skip` or `buffer-one`",
     Default::Derived("the job's (`skip`)"),
@@ -207,7 +197,7 @@ pub const JOB_OVERLAP: Setting = setting(
     "",
 );
 
-pub const JOB_MISFIRE: Setting = setting(
+pub const JOB_MISFIRE: Setting = Setting::new(
     "MISFIRE",
     "`run-latest` or `skip`",
     Default::Value("run-latest"),
@@ -215,7 +205,7 @@ pub const JOB_MISFIRE: Setting = setting(
     "what Kubernetes' CronJob does within its startingDeadlineSeconds: catch up once, not once per missed tick",
 );
 
-pub const JOB_CATCH_UP_WINDOW_MS: Setting = setting(
+pub const JOB_CATCH_UP_WINDOW_MS: Setting = Setting::new(
     "CATCH_UP_WINDOW_MS",
     "milliseconds",
     Default::Derived("the schedule's period"),
@@ -223,7 +213,7 @@ pub const JOB_CATCH_UP_WINDOW_MS: Setting = setting(
     "a tick later than its period would run beside the next one",
 );
 
-pub const JOB_TIMEOUT_MS: Setting = setting(
+pub const JOB_TIMEOUT_MS: Setting = Setting::new(
     "TIMEOUT_MS",
     "milliseconds",
     Default::Derived("the job's (30 s, 240 s, 5 s)"),
@@ -231,7 +221,7 @@ pub const JOB_TIMEOUT_MS: Setting = setting(
     "",
 );
 
-pub const JOB_JITTER_MS: Setting = setting(
+pub const JOB_JITTER_MS: Setting = Setting::new(
     "JITTER_MS",
     "milliseconds",
     Default::Value("0"),
