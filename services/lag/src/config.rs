@@ -1,5 +1,5 @@
-//! sluice-lag's configuration, from `SLUICE_LAG_…` variables; every bad or
-//! unknown one is reported by name at start.
+//! sluice-lag's configuration, from `SLUICE_LAG_…` variables (names, defaults and their
+//! reasons in [`settings`]); every bad or unknown one is reported by name at start.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -11,6 +11,10 @@ use sluice_service::env::EnvReader;
 
 use crate::model::status::Thresholds;
 use crate::wire::security::Security;
+
+pub mod settings;
+
+use self::settings as s;
 
 /// One group's settings beyond the defaults.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -53,85 +57,98 @@ impl LagConfig {
         self.per_group.get(group).unwrap_or(&self.defaults)
     }
 
-    pub fn read(env: &mut EnvReader) -> Self {
-        let properties = env.kafka_properties();
-        let security = Security::from_properties(&properties).unwrap_or_else(|problems| {
-            let name = env.name("KAFKA_PROPERTIES");
-            for p in problems {
-                env.problem(format!("{name}: {p}"));
-            }
-            Security::default()
-        });
-        let groups: String = env.or("GROUPS", String::new());
-        let groups: Vec<String> =
-            groups.split(',').map(str::trim).filter(|g| !g.is_empty()).map(String::from).collect();
-        let groups_regex =
-            env.optional::<String>("GROUPS_REGEX").and_then(|pattern| match Regex::new(&format!("^(?:{pattern})$")) {
-                Ok(r) => Some(r),
-                Err(e) => {
-                    let name = env.name("GROUPS_REGEX");
-                    env.problem(format!("{name}: {e}"));
-                    None
-                }
-            });
-        if groups.is_empty() && groups_regex.is_none() {
-            let (a, b) = (env.name("GROUPS"), env.name("GROUPS_REGEX"));
-            env.problem(format!("{a} or {b}: name the groups to watch"));
-        }
+    /// Reads sluice-lag's variables ([`settings::SETTINGS`]); problems are collected in `env`.
+    /// `None` when `BROKERS` is missing.
+    pub fn read(env: &mut EnvReader) -> Option<Self> {
+        let brokers: Option<String> = env.required_setting(&s::BROKERS);
+        let security = security(env);
+        let (groups, groups_regex) = groups(env);
         let defaults = GroupSettings {
             thresholds: Thresholds {
-                window: env.millis("STATUS_WINDOW_MS", Duration::from_secs(300)),
-                stall_after: env.millis("STALL_AFTER_MS", Duration::from_secs(60)),
-                warn_time_lag: env.optional::<u64>("WARN_TIME_LAG_MS").map(Duration::from_millis),
-                warn_lag: env.optional("WARN_LAG"),
+                window: env.setting_ms(&s::STATUS_WINDOW_MS),
+                stall_after: env.setting_ms(&s::STALL_AFTER_MS),
+                warn_time_lag: env.optional_setting::<u64>(&s::WARN_TIME_LAG_MS).map(Duration::from_millis),
+                warn_lag: env.optional_setting(&s::WARN_LAG),
             },
             read_committed: false,
         };
-        let per_group = match env.optional::<String>("GROUP_SETTINGS") {
+        let per_group = match env.optional_setting::<String>(&s::GROUP_SETTINGS) {
             Some(text) => parse_group_settings(&text, &defaults).unwrap_or_else(|e| {
-                let name = env.name("GROUP_SETTINGS");
+                let name = env.name(s::GROUP_SETTINGS.name);
                 env.problem(format!("{name}: {e}"));
                 BTreeMap::new()
             }),
             None => BTreeMap::new(),
         };
         let config = Self {
-            brokers: env.required("BROKERS").unwrap_or_default(),
+            brokers: brokers.clone().unwrap_or_default(),
             security,
             groups,
             groups_regex,
-            poll_interval: env.millis("POLL_INTERVAL_MS", Duration::from_secs(5)),
-            request_timeout: env.millis("REQUEST_TIMEOUT_MS", Duration::from_secs(10)),
-            rate_window: env.millis("RATE_WINDOW_MS", Duration::from_secs(60)),
-            inactive_ttl: env.millis("INACTIVE_TTL_MS", Duration::from_secs(600)),
+            poll_interval: env.setting_ms(&s::POLL_INTERVAL_MS),
+            request_timeout: env.setting_ms(&s::REQUEST_TIMEOUT_MS),
+            rate_window: env.setting_ms(&s::RATE_WINDOW_MS),
+            inactive_ttl: env.setting_ms(&s::INACTIVE_TTL_MS),
             defaults,
             per_group,
-            admin_listen: env.or("ADMIN_LISTEN", SocketAddr::from(([0, 0, 0, 0], 9096))),
+            admin_listen: env.setting(&s::ADMIN_LISTEN),
             scaler_listen: scaler_listen(env),
             scaler_tls: scaler_tls(env),
         };
         if config.poll_interval < Duration::from_millis(200) {
-            let name = env.name("POLL_INTERVAL_MS");
+            let name = env.name(s::POLL_INTERVAL_MS.name);
             env.problem(format!("{name} must be at least 200"));
         }
         if config.rate_window < config.poll_interval * 2 {
-            let (a, b) = (env.name("RATE_WINDOW_MS"), env.name("POLL_INTERVAL_MS"));
+            let (a, b) = (env.name(s::RATE_WINDOW_MS.name), env.name(s::POLL_INTERVAL_MS.name));
             env.problem(format!("{a} must be at least twice {b} (a rate needs two polls)"));
         }
-        config
+        brokers.map(|_| config)
     }
+}
+
+/// The connection's security, from `KAFKA_PROPERTIES` and the SASL credentials.
+fn security(env: &mut EnvReader) -> Security {
+    let properties = env.kafka_properties();
+    Security::from_properties(&properties).unwrap_or_else(|problems| {
+        let name = env.name(s::KAFKA_PROPERTIES.name);
+        for p in problems {
+            env.problem(format!("{name}: {p}"));
+        }
+        Security::default()
+    })
+}
+
+/// `GROUPS` and `GROUPS_REGEX` (one of them is needed).
+fn groups(env: &mut EnvReader) -> (Vec<String>, Option<Regex>) {
+    let groups: String = env.optional_setting(&s::GROUPS).unwrap_or_default();
+    let groups: Vec<String> = groups.split(',').map(str::trim).filter(|g| !g.is_empty()).map(String::from).collect();
+    let pattern = env.optional_setting::<String>(&s::GROUPS_REGEX);
+    let groups_regex = pattern.and_then(|pattern| match Regex::new(&format!("^(?:{pattern})$")) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            let name = env.name(s::GROUPS_REGEX.name);
+            env.problem(format!("{name}: {e}"));
+            None
+        }
+    });
+    if groups.is_empty() && groups_regex.is_none() {
+        let (a, b) = (env.name(s::GROUPS.name), env.name(s::GROUPS_REGEX.name));
+        env.problem(format!("{a} or {b}: name the groups to watch"));
+    }
+    (groups, groups_regex)
 }
 
 /// `SCALER_LISTEN`: an address (the chart's is `0.0.0.0:9097`), or `off`, the default.
 fn scaler_listen(env: &mut EnvReader) -> Option<SocketAddr> {
-    let text: String = env.or("SCALER_LISTEN", "off".to_string());
+    let text: String = env.setting(&s::SCALER_LISTEN);
     if text == "off" {
         return None;
     }
     match text.parse() {
         Ok(addr) => Some(addr),
         Err(_) => {
-            let name = env.name("SCALER_LISTEN");
+            let name = env.name(s::SCALER_LISTEN.name);
             env.problem(format!("{name}: {text:?} is not an address (host:port) or off"));
             None
         }
@@ -149,20 +166,20 @@ pub struct TlsFiles {
 
 /// `SCALER_TLS_CERT` and `SCALER_TLS_KEY` (both or neither), `SCALER_TLS_CLIENT_CA`.
 fn scaler_tls(env: &mut EnvReader) -> Option<TlsFiles> {
-    let cert = env.optional::<String>("SCALER_TLS_CERT");
-    let key = env.optional::<String>("SCALER_TLS_KEY");
-    let client_ca = env.optional::<String>("SCALER_TLS_CLIENT_CA").map(Into::into);
+    let cert = env.optional_setting::<String>(&s::SCALER_TLS_CERT);
+    let key = env.optional_setting::<String>(&s::SCALER_TLS_KEY);
+    let client_ca = env.optional_setting::<String>(&s::SCALER_TLS_CLIENT_CA).map(Into::into);
     match (cert, key) {
         (Some(cert), Some(key)) => Some(TlsFiles { cert: cert.into(), key: key.into(), client_ca }),
         (None, None) => {
             if client_ca.is_some() {
-                let (a, b) = (env.name("SCALER_TLS_CLIENT_CA"), env.name("SCALER_TLS_CERT"));
+                let (a, b) = (env.name(s::SCALER_TLS_CLIENT_CA.name), env.name(s::SCALER_TLS_CERT.name));
                 env.problem(format!("{a} needs {b} and its key: a client CA without TLS"));
             }
             None
         }
         _ => {
-            let (a, b) = (env.name("SCALER_TLS_CERT"), env.name("SCALER_TLS_KEY"));
+            let (a, b) = (env.name(s::SCALER_TLS_CERT.name), env.name(s::SCALER_TLS_KEY.name));
             env.problem(format!("{a} and {b}: set both or neither"));
             None
         }
@@ -243,7 +260,7 @@ mod tests {
                 "sluice-processor: stall_after_ms=30000 warn_time_lag_ms=10000; other: read_committed=true",
             ),
         ]);
-        let c = LagConfig::read(&mut e);
+        let c = LagConfig::read(&mut e).expect("complete");
         assert!(e.finish().is_ok());
         assert_eq!(c.groups, ["sluice-processor", "other"]);
         assert!(c.groups_regex.as_ref().is_some_and(|r| r.is_match("team-a") && !r.is_match("xteam-a")));
@@ -265,7 +282,7 @@ mod tests {
             ("POLL_INTERVAL_MS", "5000"),
             ("RATE_WINDOW_MS", "6000"),
         ]);
-        let _ = LagConfig::read(&mut e);
+        assert!(LagConfig::read(&mut e).is_none(), "BROKERS is missing");
         let text = e.finish().expect_err("problems").to_string();
         for name in [
             "L_BROKERS",

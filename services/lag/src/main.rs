@@ -16,10 +16,29 @@ use sluice_lag::metrics::Metrics;
 use sluice_lag::picture::Picture;
 use sluice_lag::poller::{Poller, next_wait};
 use sluice_service::env::EnvReader;
+use sluice_service::settings;
 use sluice_service::{signal, telemetry};
 use tokio::sync::watch;
 
+const PREFIX: &str = "SLUICE_LAG_";
+
+/// `--help`: the subcommands, then every setting.
+fn help() -> String {
+    let usage = "sluice-lag: watches consumer groups' offsets and record timestamps; exports them \
+                 (/metrics, /groups) and serves KEDA's external scaler.\n\
+                 \n  sluice-lag                      run (settings below)\
+                 \n  sluice-lag describe --group G   one group, from a running instance\
+                 \n  sluice-lag check-trigger k=v…   a ScaledObject's trigger metadata, as the scaler reads it\
+                 \n  sluice-lag simulate --help      replay a trace through the autoscaling engine\n\
+                 \nIts settings are environment variables (a bad or unknown one stops it with status 2):\n";
+    format!("{usage}{}", settings::help(PREFIX, &[sluice_lag::config::settings::SETTINGS]))
+}
+
 fn main() -> anyhow::Result<()> {
+    if std::env::args().nth(1).is_some_and(|a| a == "--help" || a == "-h") {
+        use std::io::Write;
+        return Ok(std::io::stdout().write_all(help().as_bytes())?);
+    }
     if std::env::args().nth(1).as_deref() == Some("describe") {
         use clap::Parser;
         let args = sluice_lag::cli::DescribeArgs::parse_from(std::env::args().skip(1));
@@ -58,12 +77,16 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run() -> anyhow::Result<()> {
-    let mut env = EnvReader::from_env("SLUICE_LAG_");
-    let config = Arc::new(LagConfig::read(&mut env));
-    if let Err(e) = env.finish() {
-        tracing::error!("{e}");
-        std::process::exit(2);
-    }
+    let mut env = EnvReader::from_env(PREFIX);
+    let config = LagConfig::read(&mut env);
+    // A missing required setting is one of the problems `finish` reports.
+    let config = match (env.finish(), config) {
+        (Ok(()), Some(config)) => Arc::new(config),
+        (result, _) => {
+            tracing::error!("{}", result.err().map_or_else(|| "invalid configuration".to_string(), |e| e.to_string()));
+            std::process::exit(2);
+        }
+    };
     let metrics = Metrics::new();
     let (picture_tx, picture_rx) = watch::channel(Arc::new(Picture::default()));
     // Ready while polls succeed: the last clean poll is recent.
@@ -155,6 +178,29 @@ async fn poll_until_shutdown(
         tokio::select! {
             () = tokio::time::sleep(next_wait(config.poll_interval, started.elapsed())) => {}
             () = &mut shutdown => break,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_lag::config::settings::SETTINGS;
+
+    #[test]
+    fn reads_exactly_its_table() {
+        let vars = [("BROKERS", "k:9092"), ("GROUPS", "g")];
+        let mut env = EnvReader::from_vars(PREFIX, vars.map(|(k, v)| (format!("{PREFIX}{k}"), v.to_string())));
+        LagConfig::read(&mut env).expect("complete");
+        assert_eq!(env.names_read(), settings::names(&[SETTINGS]));
+        env.finish().expect("valid");
+    }
+
+    #[test]
+    fn the_docs_table_is_the_code_s() {
+        let page = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/operating.md");
+        if let Err(e) = settings::check_docs(&page, "lag", &settings::markdown(PREFIX, &[SETTINGS])) {
+            panic!("{e}");
         }
     }
 }
