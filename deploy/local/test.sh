@@ -483,7 +483,10 @@ part_kubernetes() {
   }
   grep -E '^   Kubernetes:|^pods on node' "$LOGS/kubernetes-e2e.out" || true
   "$tools_python" "$REPO_ROOT/helm/tests/test_fidelity.py" --report "$out/e2e/latest.json" \
-    --sluice-lag "$target/debug/sluice-lag" --out "$LOGS/kubernetes-fidelity.json" || die "the real HPA's run failed its checks"
+    --sluice-lag "$target/debug/sluice-lag" --out "$LOGS/kubernetes-fidelity.json" || {
+    grep -E '^ +at +[0-9]+ s +lag' "$LOGS/kubernetes-e2e.out" >&2 || true
+    die "the real HPA's run failed its checks (the run: $LOGS/kubernetes-e2e.out)"
+  }
   rm -rf "$out"
   say "under load, on the node: a rolling upgrade, an eviction the PDB refuses, a processor killed, a hung container restarted (log: $LOGS/kubernetes-pods.log)"
   local image

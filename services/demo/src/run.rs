@@ -410,7 +410,7 @@ impl Live {
                 // With a real HPA the run goes on until it has scaled back down, too.
                 let min = scaler.policy.min_replicas.max(1) as u32;
                 let waited = at.elapsed().saturating_sub(drained);
-                if system.kube.is_none() || system.processor_count() <= min {
+                if system.kube.is_none() || scaled_back(self.wanted, system.processor_count(), min) {
                     self.scaled_down_after = system.kube.as_ref().map(|_| waited);
                     return Ok(true);
                 }
@@ -420,6 +420,13 @@ impl Live {
             None => Ok(false),
         }
     }
+}
+
+/// Whether a real HPA has the processors back at `min`: the replicas it wrote, and the pods
+/// serving. The pods alone are not enough: drained right after a scale-up, the new pods are
+/// not Ready yet and only the old one serves.
+fn scaled_back(wanted: u32, serving: u32, min: u32) -> bool {
+    wanted <= min && serving <= min
 }
 
 /// The result checked against the chain (and, with --kubernetes or --chaos, the outputs),
@@ -607,4 +614,19 @@ async fn soak_report(
         None => None,
     };
     Ok(chaos::ChaosReport { finished: c.finished(), kills: c.kills, faults: c.applied, outputs })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::scaled_back;
+
+    #[test]
+    fn back_at_min_needs_the_hpas_replicas_and_the_pods_serving() {
+        assert!(scaled_back(1, 1, 1));
+        // Scaled up to 3 just before the drain: one pod Ready, two starting.
+        assert!(!scaled_back(3, 1, 1));
+        // Scaled down to 1, three pods still draining.
+        assert!(!scaled_back(1, 3, 1));
+        assert!(scaled_back(2, 2, 2));
+    }
 }
