@@ -35,6 +35,10 @@ pub struct LagConfig {
     pub groups: Vec<String>,
     /// Groups watched by pattern (found with `ListGroups`).
     pub groups_regex: Option<Regex>,
+    /// Groups the pattern matches but that are not watched.
+    pub groups_exclude: Option<Regex>,
+    /// The topics of the topic series.
+    pub topics: TopicFilter,
     pub poll_interval: Duration,
     /// Bounds every connect and every request.
     pub request_timeout: Duration,
@@ -62,7 +66,13 @@ impl LagConfig {
     pub fn read(env: &mut EnvReader) -> Option<Self> {
         let brokers: Option<String> = env.required_setting(&s::BROKERS);
         let security = security(env);
-        let (groups, groups_regex) = groups(env);
+        let (groups, groups_regex, groups_exclude) = groups(env);
+        let include: String = env.setting(&s::TOPICS_REGEX);
+        let exclude = env.optional_setting::<String>(&s::TOPICS_EXCLUDE_REGEX);
+        let topics = TopicFilter {
+            include: compiled(env, &s::TOPICS_REGEX, &include).unwrap_or_else(|| whole(".*").expect("valid")),
+            exclude: exclude.and_then(|text| compiled(env, &s::TOPICS_EXCLUDE_REGEX, &text)),
+        };
         let defaults = GroupSettings {
             thresholds: Thresholds {
                 window: env.setting_ms(&s::STATUS_WINDOW_MS),
@@ -85,6 +95,8 @@ impl LagConfig {
             security,
             groups,
             groups_regex,
+            groups_exclude,
+            topics,
             poll_interval: env.setting_ms(&s::POLL_INTERVAL_MS),
             request_timeout: env.setting_ms(&s::REQUEST_TIMEOUT_MS),
             rate_window: env.setting_ms(&s::RATE_WINDOW_MS),
@@ -119,24 +131,47 @@ fn security(env: &mut EnvReader) -> Security {
     })
 }
 
-/// `GROUPS` and `GROUPS_REGEX` (one of them is needed).
-fn groups(env: &mut EnvReader) -> (Vec<String>, Option<Regex>) {
+/// `GROUPS`, `GROUPS_REGEX` (every group when neither is set) and `GROUPS_EXCLUDE_REGEX`.
+fn groups(env: &mut EnvReader) -> (Vec<String>, Option<Regex>, Option<Regex>) {
     let groups: String = env.optional_setting(&s::GROUPS).unwrap_or_default();
     let groups: Vec<String> = groups.split(',').map(str::trim).filter(|g| !g.is_empty()).map(String::from).collect();
-    let pattern = env.optional_setting::<String>(&s::GROUPS_REGEX);
-    let groups_regex = pattern.and_then(|pattern| match Regex::new(&format!("^(?:{pattern})$")) {
+    let every = if groups.is_empty() { ".*" } else { "" };
+    let pattern: String = env.setting_or(&s::GROUPS_REGEX, every.to_string());
+    let groups_regex = (!pattern.is_empty()).then(|| compiled(env, &s::GROUPS_REGEX, &pattern)).flatten();
+    let exclude = env.optional_setting::<String>(&s::GROUPS_EXCLUDE_REGEX);
+    let groups_exclude = exclude.and_then(|text| compiled(env, &s::GROUPS_EXCLUDE_REGEX, &text));
+    (groups, groups_regex, groups_exclude)
+}
+
+/// `setting`'s pattern, matched against whole names; `None` when it is bad (a problem naming
+/// the setting).
+fn compiled(env: &mut EnvReader, setting: &sluice_service::settings::Setting, pattern: &str) -> Option<Regex> {
+    match whole(pattern) {
         Ok(r) => Some(r),
         Err(e) => {
-            let name = env.name(s::GROUPS_REGEX.name);
+            let name = env.name(setting.name);
             env.problem(format!("{name}: {e}"));
             None
         }
-    });
-    if groups.is_empty() && groups_regex.is_none() {
-        let (a, b) = (env.name(s::GROUPS.name), env.name(s::GROUPS_REGEX.name));
-        env.problem(format!("{a} or {b}: name the groups to watch"));
     }
-    (groups, groups_regex)
+}
+
+/// `pattern` anchored at both ends.
+fn whole(pattern: &str) -> Result<Regex, regex::Error> {
+    Regex::new(&format!("^(?:{pattern})$"))
+}
+
+/// Which topics the topic series cover.
+#[derive(Debug, Clone)]
+pub struct TopicFilter {
+    pub include: Regex,
+    pub exclude: Option<Regex>,
+}
+
+impl TopicFilter {
+    pub fn shows(&self, topic: &str) -> bool {
+        self.include.is_match(topic) && !self.exclude.as_ref().is_some_and(|e| e.is_match(topic))
+    }
 }
 
 /// `SCALER_LISTEN`: an address (the chart's is `0.0.0.0:9097`), or `off`, the default.
@@ -293,5 +328,28 @@ mod tests {
         ] {
             assert!(text.contains(name), "{name} missing from: {text}");
         }
+    }
+
+    #[test]
+    fn every_group_and_topic_unless_named_or_excluded() {
+        let mut e = env(&[("BROKERS", "k:9092"), ("GROUPS_EXCLUDE_REGEX", "console-consumer-.*")]);
+        let c = LagConfig::read(&mut e).expect("complete");
+        assert!(e.finish().is_ok());
+        assert!(c.groups.is_empty());
+        assert!(c.groups_regex.as_ref().is_some_and(|r| r.is_match("any-team")), "every group by default");
+        assert!(c.groups_exclude.as_ref().is_some_and(|r| r.is_match("console-consumer-42") && !r.is_match("x")));
+        assert!(c.topics.shows("__consumer_offsets") && c.topics.shows("dex.swaps"), "every topic by default");
+
+        let mut e = env(&[
+            ("BROKERS", "k:9092"),
+            ("GROUPS", "a"),
+            ("TOPICS_REGEX", "dex\\..*|chain\\..*"),
+            ("TOPICS_EXCLUDE_REGEX", ".*\\.dlq"),
+        ]);
+        let c = LagConfig::read(&mut e).expect("complete");
+        assert!(e.finish().is_ok());
+        assert!(c.groups_regex.is_none(), "named groups only");
+        assert!(c.topics.shows("dex.swaps") && c.topics.shows("chain.transactions"));
+        assert!(!c.topics.shows("chain.transactions.dlq") && !c.topics.shows("xdex.swaps"), "whole names");
     }
 }

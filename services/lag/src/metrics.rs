@@ -51,18 +51,52 @@ impl Family {
 /// kafka_exporter's families, with its names and labels (`kafka_…`).
 #[derive(Debug)]
 struct Exporter {
+    brokers: Family,
+    broker_info: Family,
+    topic_partitions: Family,
+    topic_offset: Family,
+    topic_oldest: Family,
+    leader: Family,
+    replicas: Family,
+    in_sync: Family,
+    preferred: Family,
+    under_replicated: Family,
     lag: Family,
     lag_sum: Family,
     current_offset: Family,
     current_offset_sum: Family,
     members: Family,
-    topic_offset: Family,
-    topic_oldest: Family,
 }
 
 impl Exporter {
     fn new(r: &Registrar<'_>) -> Self {
+        let gt = ["consumergroup", "topic"];
         Self {
+            brokers: Family::new(r, "brokers", "Brokers in the cluster's metadata.", &[]),
+            broker_info: Family::new(
+                r,
+                "broker_info",
+                "A broker: its id and advertised address (1).",
+                &["id", "address"],
+            ),
+            topic_partitions: Family::new(r, "topic_partitions", "Partitions of the topic.", &["topic"]),
+            topic_offset: Family::new(r, "topic_partition_current_offset", "The partition's log end offset.", &TP),
+            topic_oldest: Family::new(r, "topic_partition_oldest_offset", "The partition's log start offset.", &TP),
+            leader: Family::new(r, "topic_partition_leader", "The id of the broker leading the partition.", &TP),
+            replicas: Family::new(r, "topic_partition_replicas", "Replicas assigned to the partition.", &TP),
+            in_sync: Family::new(r, "topic_partition_in_sync_replica", "Replicas of the partition in sync.", &TP),
+            preferred: Family::new(
+                r,
+                "topic_partition_leader_is_preferred",
+                "1 if the partition is led by its preferred replica (the first assigned).",
+                &TP,
+            ),
+            under_replicated: Family::new(
+                r,
+                "topic_partition_under_replicated_partition",
+                "1 if fewer of the partition's replicas are in sync than assigned.",
+                &TP,
+            ),
             lag: Family::new(
                 r,
                 "consumergroup_lag",
@@ -73,31 +107,67 @@ impl Exporter {
                 r,
                 "consumergroup_lag_sum",
                 "Lag of the group on the topic, over its partitions.",
-                &["consumergroup", "topic"],
+                &gt,
             ),
             current_offset: Family::new(r, "consumergroup_current_offset", "The group's committed offset.", &GTP),
             current_offset_sum: Family::new(
                 r,
                 "consumergroup_current_offset_sum",
                 "The group's committed offsets on the topic, summed.",
-                &["consumergroup", "topic"],
+                &gt,
             ),
             members: Family::new(r, "consumergroup_members", "Members of the group.", &["consumergroup"]),
-            topic_offset: Family::new(r, "topic_partition_current_offset", "The partition's log end offset.", &TP),
-            topic_oldest: Family::new(r, "topic_partition_oldest_offset", "The partition's log start offset.", &TP),
         }
     }
 
-    fn families(&self) -> [&Family; 7] {
+    fn families(&self) -> [&Family; 15] {
         [
+            &self.brokers,
+            &self.broker_info,
+            &self.topic_partitions,
+            &self.topic_offset,
+            &self.topic_oldest,
+            &self.leader,
+            &self.replicas,
+            &self.in_sync,
+            &self.preferred,
+            &self.under_replicated,
             &self.lag,
             &self.lag_sum,
             &self.current_offset,
             &self.current_offset_sum,
             &self.members,
-            &self.topic_offset,
-            &self.topic_oldest,
         ]
+    }
+
+    /// The brokers and the topics the topic series cover.
+    fn publish_cluster(&self, picture: &Picture) {
+        if let Some(brokers) = &picture.brokers {
+            self.brokers.set(&[], brokers.len() as f64);
+            for b in brokers {
+                self.broker_info.set(&[&b.id.to_string(), &b.address], 1.0);
+            }
+        }
+        let flag = |yes: bool| if yes { 1.0 } else { 0.0 };
+        for t in &picture.topics {
+            let topic = t.topic.as_str();
+            self.topic_partitions.set(&[topic], t.partitions.len() as f64);
+            for p in &t.partitions {
+                let (placement, partition) = (&p.placement, p.placement.partition.to_string());
+                let labels = [topic, partition.as_str()];
+                if let Some(leader) = placement.leader {
+                    self.leader.set(&labels, f64::from(leader));
+                }
+                self.replicas.set(&labels, placement.replicas.len() as f64);
+                self.in_sync.set(&labels, placement.in_sync.len() as f64);
+                self.preferred.set(&labels, flag(placement.leader_is_preferred()));
+                self.under_replicated.set(&labels, flag(placement.under_replicated()));
+                if let Some(log) = p.log {
+                    self.topic_offset.set(&labels, log.end as f64);
+                    self.topic_oldest.set(&labels, log.start as f64);
+                }
+            }
+        }
     }
 }
 
@@ -284,6 +354,7 @@ impl Metrics {
         for group in &picture.groups {
             self.publish_group(group);
         }
+        self.exporter.publish_cluster(picture);
         for family in self.families() {
             family.finish();
         }
@@ -352,10 +423,6 @@ impl Metrics {
             let partition = p.partition.to_string();
             let (topic, labels) = (p.topic.as_str(), [group, p.topic.as_str(), partition.as_str()]);
             self.own.partition_status.set(&[group, topic, &partition, p.status.status.as_str()], 1.0);
-            if let Some(log) = p.log {
-                self.exporter.topic_offset.set(&[topic, &partition], log.end as f64);
-                self.exporter.topic_oldest.set(&[topic, &partition], log.start as f64);
-            }
             match p.lag {
                 Some(crate::model::lag::Lag::Behind { records, lost, committed }) => {
                     self.exporter.lag.set(&labels, records as f64);
@@ -433,7 +500,11 @@ mod tests {
         let m = Metrics::new();
         let text = |m: &Metrics| prometheus::TextEncoder::new().encode_to_string(&m.registry.gather()).expect("text");
         let a = "consumergroup=\"a\"";
-        let picture = Picture { at_ms: 1_000, groups: vec![group("a", vec![3_000, 12_000]), group("b", vec![])] };
+        let picture = Picture {
+            at_ms: 1_000,
+            groups: vec![group("a", vec![3_000, 12_000]), group("b", vec![])],
+            ..Picture::default()
+        };
         m.publish(&picture, 0.01, &PollErrors::default());
         let t = text(&m);
         let value = |t: &str, suffix: &str, labels: &str| {
@@ -442,13 +513,59 @@ mod tests {
         assert_eq!((value(&t, "_count", a), value(&t, "_sum", a)), (2.0, 15.0), "{t}");
         assert_eq!(value(&t, "_bucket", "le=\"5\""), 1.0, "3 s is under 5 s, 12 s is not");
         assert!(!t.contains("sluice_lag_rebalance_pause_seconds_count{consumergroup=\"b\""), "no pause, no histogram");
-        m.publish(&Picture { at_ms: 2_000, groups: vec![group("a", vec![1_000])] }, 0.01, &PollErrors::default());
+        let a_only = Picture { at_ms: 2_000, groups: vec![group("a", vec![1_000])], ..Picture::default() };
+        m.publish(&a_only, 0.01, &PollErrors::default());
         assert_eq!(value(&text(&m), "_count", a), 3.0);
-        m.publish(&Picture { at_ms: 3_000, groups: vec![group("b", vec![])] }, 0.01, &PollErrors::default());
+        let b_only = Picture { at_ms: 3_000, groups: vec![group("b", vec![])], ..Picture::default() };
+        m.publish(&b_only, 0.01, &PollErrors::default());
         let t = text(&m);
         assert!(
             !t.contains(&format!("sluice_lag_rebalance_pause_seconds_count{{{a}")),
             "a group no longer watched: {t}"
         );
+    }
+
+    #[test]
+    fn the_cluster_s_series_follow_its_metadata_and_go_when_it_cannot_be_read() {
+        use crate::model::lag::Log;
+        use crate::picture::{TopicPartition, TopicPicture};
+        use crate::wire::{Broker, Placement};
+        let partition = |partition: i32, leader: Option<i32>, in_sync: &[i32]| TopicPartition {
+            placement: Placement { partition, leader, replicas: vec![1, 2], in_sync: in_sync.to_vec() },
+            log: leader.map(|_| Log { start: 5, end: 40, stable: 40 }),
+        };
+        let picture = Picture {
+            at_ms: 1_000,
+            brokers: Some(vec![Broker { id: 1, address: "a:9092".into() }, Broker { id: 2, address: "b:9092".into() }]),
+            topics: vec![TopicPicture {
+                topic: "t".into(),
+                partitions: vec![partition(0, Some(1), &[1, 2]), partition(1, Some(2), &[2]), partition(2, None, &[])],
+            }],
+            ..Picture::default()
+        };
+        let m = Metrics::new();
+        m.publish(&picture, 0.01, &PollErrors::default());
+        let t = prometheus::TextEncoder::new().encode_to_string(&m.registry.gather()).expect("text");
+        let value = |name: &str, labels: &str| sluice_service::process::metric(&t, name, labels);
+        let p = |n: i32| format!("partition=\"{n}\",topic=\"t\"");
+        assert_eq!(value("kafka_brokers", ""), 2.0, "{t}");
+        assert_eq!(value("kafka_broker_info", "address=\"b:9092\",id=\"2\""), 1.0);
+        assert_eq!(value("kafka_topic_partitions", "topic=\"t\""), 3.0);
+        assert_eq!(value("kafka_topic_partition_leader", &p(1)), 2.0);
+        assert!(!t.contains(&format!("kafka_topic_partition_leader{{{}}}", p(2))), "no leader, no series");
+        assert_eq!(value("kafka_topic_partition_replicas", &p(1)), 2.0);
+        assert_eq!(value("kafka_topic_partition_in_sync_replica", &p(1)), 1.0);
+        assert_eq!(value("kafka_topic_partition_leader_is_preferred", &p(0)), 1.0);
+        assert_eq!(value("kafka_topic_partition_leader_is_preferred", &p(1)), 0.0);
+        assert_eq!(value("kafka_topic_partition_under_replicated_partition", &p(0)), 0.0);
+        assert_eq!(value("kafka_topic_partition_under_replicated_partition", &p(1)), 1.0);
+        assert_eq!(value("kafka_topic_partition_current_offset", &p(0)), 40.0);
+        assert_eq!(value("kafka_topic_partition_oldest_offset", &p(0)), 5.0);
+
+        m.publish(&Picture { at_ms: 2_000, ..Picture::default() }, 0.01, &PollErrors::default());
+        let t = prometheus::TextEncoder::new().encode_to_string(&m.registry.gather()).expect("text");
+        for family in ["kafka_brokers ", "kafka_broker_info{", "kafka_topic_partitions{", "kafka_topic_partition_"] {
+            assert!(!t.contains(family), "metadata unread: no {family} series, none made up:\n{t}");
+        }
     }
 }

@@ -12,7 +12,7 @@ use crate::model::history::{History, Sample};
 use crate::model::lag::{Lag, Log, time_lag_ms};
 use crate::model::retention_headroom_ms;
 use crate::model::status::{self, Status, Verdict};
-use crate::wire::{GroupDescription, RecordTime, TopicConfig, Tp, WireError};
+use crate::wire::{Broker, GroupDescription, Placement, RecordTime, TopicConfig, Topology, Tp, WireError};
 
 /// What one poll read of one group.
 #[derive(Debug, Clone)]
@@ -30,6 +30,8 @@ pub struct Readings {
     /// The record at each partition's oldest unconsumed offset, by (partition, offset).
     pub times: HashMap<(Tp, i64), RecordTime>,
     pub configs: HashMap<String, TopicConfig>,
+    /// Every topic's metadata; `None` when it could not be read.
+    pub topology: Option<Topology>,
 }
 
 /// Whose a record's timestamp is.
@@ -92,11 +94,32 @@ pub struct GroupPicture {
     pub partitions: Vec<PartitionPicture>,
 }
 
-/// Every watched group, as of one poll.
+/// One partition of a topic the topic series cover: where it is placed and its log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicPartition {
+    #[serde(flatten)]
+    pub placement: Placement,
+    /// `None`: its offsets could not be read (or it has no leader).
+    pub log: Option<Log>,
+}
+
+/// A topic the topic series cover ([`crate::config::TopicFilter`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicPicture {
+    pub topic: String,
+    pub partitions: Vec<TopicPartition>,
+}
+
+/// Every watched group, and the cluster's brokers and topics, as of one poll.
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct Picture {
     pub at_ms: i64,
     pub groups: Vec<GroupPicture>,
+    /// `None` when the metadata could not be read (then `topics` is empty too).
+    #[serde(default)]
+    pub brokers: Option<Vec<Broker>>,
+    #[serde(default)]
+    pub topics: Vec<TopicPicture>,
 }
 
 impl Picture {
@@ -146,7 +169,12 @@ impl State {
         let live: BTreeSet<&String> = readings.groups.keys().collect();
         self.histories.retain(|(g, _), _| live.contains(g));
         self.trackers.retain(|g, _| live.contains(g));
-        Picture { at_ms: readings.at_ms, groups }
+        Picture {
+            at_ms: readings.at_ms,
+            groups,
+            brokers: readings.topology.as_ref().map(|t| t.brokers.clone()),
+            topics: topics(readings, config),
+        }
     }
 
     fn group(&mut self, name: &str, reading: &GroupReading, readings: &Readings, config: &LagConfig) -> GroupPicture {
@@ -260,6 +288,27 @@ impl State {
             ..base(verdict)
         }
     }
+}
+
+/// The topics the topic series cover, with their partitions' logs.
+fn topics(readings: &Readings, config: &LagConfig) -> Vec<TopicPicture> {
+    let Some(topology) = &readings.topology else { return Vec::new() };
+    topology
+        .topics
+        .iter()
+        .filter(|(name, _)| config.topics.shows(name))
+        .filter_map(|(name, partitions)| {
+            let partitions = partitions.as_ref().ok()?;
+            let partitions = partitions
+                .iter()
+                .map(|p| TopicPartition {
+                    placement: p.clone(),
+                    log: readings.logs.get(&Tp::new(name, p.partition)).and_then(|l| l.as_ref().ok().copied()),
+                })
+                .collect();
+            Some(TopicPicture { topic: name.clone(), partitions })
+        })
+        .collect()
 }
 
 /// How long a partition's samples are kept: the longest window asked of them.

@@ -128,14 +128,15 @@ impl Poller {
         (self.state.assemble(&readings, &self.config), errors)
     }
 
-    /// The groups named, plus the pattern's matches (kept for the inactive
+    /// The groups named, plus the pattern's matches not excluded (kept for the inactive
     /// TTL after they are last listed).
     async fn groups(&mut self, now_ms: i64, errors: &mut PollErrors) -> Vec<String> {
         let mut groups: BTreeSet<String> = self.config.groups.iter().cloned().collect();
         if let Some(pattern) = &self.config.groups_regex {
             match self.cluster.list_groups().await {
                 Ok(listed) => {
-                    for g in listed.into_iter().filter(|g| pattern.is_match(&g.group)) {
+                    let excluded = |g: &str| self.config.groups_exclude.as_ref().is_some_and(|e| e.is_match(g));
+                    for g in listed.into_iter().filter(|g| pattern.is_match(&g.group) && !excluded(&g.group)) {
                         self.seen.insert(g.group, now_ms);
                     }
                 }
@@ -148,33 +149,24 @@ impl Poller {
         groups.into_iter().collect()
     }
 
-    /// Every read partition's log offsets, and their leaders.
+    /// Every topic's metadata, and the log offsets of every partition a group reads or the
+    /// topic series cover; the partitions' leaders.
     async fn logs(&self, readings: &mut Readings, errors: &mut PollErrors) -> HashMap<Tp, i32> {
-        let mut topics: BTreeSet<String> = BTreeSet::new();
-        for reading in readings.groups.values() {
-            if let Ok(c) = &reading.committed {
-                topics.extend(c.keys().map(|tp| tp.topic.to_string()));
-            }
-            if let Ok(d) = &reading.description {
-                topics.extend(d.members.iter().flat_map(|m| m.assignment.iter().map(|tp| tp.topic.to_string())));
-            }
-        }
-        if topics.is_empty() {
-            return HashMap::new();
-        }
-        let topics: Vec<String> = topics.into_iter().collect();
-        let leaders = match self.cluster.leaders(&topics).await {
-            Ok((leaders, missing)) => {
-                for (topic, e) in missing {
-                    note(errors, Stage::Metadata, format!("{topic}: {e}"));
-                }
-                leaders
-            }
+        let topology = match self.cluster.topology().await {
+            Ok(t) => t,
             Err(e) => {
                 note(errors, Stage::Metadata, e);
                 return HashMap::new();
             }
         };
+        let read = read_topics(readings);
+        let (mut leaders, missing) = topology.leaders(read.iter().map(String::as_str));
+        for (topic, e) in missing {
+            note(errors, Stage::Metadata, format!("{topic}: {e}"));
+        }
+        let shown = topology.topics.keys().filter(|t| !read.contains(*t) && self.config.topics.shows(t));
+        leaders.extend(topology.leaders(shown.map(String::as_str)).0);
+        readings.topology = Some(topology);
         for (tp, offsets) in self.cluster.offsets(&leaders).await {
             if let Err(e) = &offsets {
                 note(errors, Stage::Offsets, format!("{tp}: {e}"));
@@ -240,7 +232,10 @@ impl Poller {
     }
 
     async fn topic_configs(&mut self, readings: &mut Readings, now_ms: i64, errors: &mut PollErrors) {
-        let topics: BTreeSet<String> = readings.logs.keys().map(|tp| tp.topic.to_string()).collect();
+        // Retention serves the groups' headroom: the topics they read, not every topic shown.
+        let read = read_topics(readings);
+        let topics: BTreeSet<String> =
+            readings.logs.keys().map(|tp| tp.topic.to_string()).filter(|t| read.contains(t)).collect();
         let unknown = topics.iter().any(|t| !self.configs.contains_key(t));
         if !topics.is_empty() && (unknown || now_ms - self.configs_at >= CONFIG_REFRESH_MS) {
             let topics: Vec<String> = topics.into_iter().collect();
@@ -256,6 +251,20 @@ impl Poller {
         }
         readings.configs = self.configs.clone();
     }
+}
+
+/// The topics the groups read: committed on or assigned.
+fn read_topics(readings: &Readings) -> BTreeSet<String> {
+    let mut topics = BTreeSet::new();
+    for reading in readings.groups.values() {
+        if let Ok(c) = &reading.committed {
+            topics.extend(c.keys().map(|tp| tp.topic.to_string()));
+        }
+        if let Ok(d) = &reading.description {
+            topics.extend(d.members.iter().flat_map(|m| m.assignment.iter().map(|tp| tp.topic.to_string())));
+        }
+    }
+    topics
 }
 
 /// How long to wait for the next poll after one that took `took`.

@@ -1,5 +1,6 @@
 //! A small Kafka client of our own for what a lag poller asks, batched the
-//! way the protocol allows: topic-scoped `Metadata`; `ListOffsets` once per
+//! way the protocol allows: one `Metadata` for every topic ([`Topology`]: the
+//! brokers, each partition's leader and replicas); `ListOffsets` once per
 //! partition leader for every partition it leads; `FindCoordinator` for
 //! every group at once; `OffsetFetch` and `DescribeGroups` once per
 //! coordinator for all its groups; `Fetch` of one record per partition, once
@@ -13,9 +14,11 @@ mod conn;
 mod ops;
 mod scram;
 pub mod security;
+mod topology;
 
 pub use cluster::Cluster;
 pub use ops::{GroupDescription, GroupListing, Member, Offsets, PerPartition, RecordTime, TopicConfig};
+pub use topology::{Broker, Placement, Topology};
 
 /// A topic and partition.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -59,7 +59,8 @@ async fn offsets_commits_groups_and_record_times_read_back_exactly() {
     commit(&group, &topic, &[(0, PER_PARTITION), (1, 10)]);
 
     let cluster = Cluster::new(&kafka.brokers, Security::default(), Duration::from_secs(10));
-    let (leaders, missing) = cluster.leaders(&[topic.clone(), "no-such-topic-here".into()]).await.expect("metadata");
+    let topology = cluster.topology().await.expect("metadata");
+    let (leaders, missing) = topology.leaders([topic.as_str(), "no-such-topic-here"]);
     assert_eq!(leaders.len(), PARTITIONS as usize);
     assert!(missing.contains_key("no-such-topic-here"), "{missing:?}");
 

@@ -9,6 +9,9 @@ pub const SETTINGS: &[Setting] = &[
     BROKERS,
     GROUPS,
     GROUPS_REGEX,
+    GROUPS_EXCLUDE_REGEX,
+    TOPICS_REGEX,
+    TOPICS_EXCLUDE_REGEX,
     KAFKA_PROPERTIES,
     KAFKA_SASL_USERNAME,
     KAFKA_SASL_PASSWORD,
@@ -35,15 +38,39 @@ pub const GROUPS: Setting = Setting::new(
     "GROUPS",
     "group list",
     Default::Unset,
-    "groups watched by name (comma-separated), reported even with no members or before they exist; this or `GROUPS_REGEX` is needed",
+    "groups watched by name (comma-separated), reported even with no members or before they exist",
     "",
 );
 
 pub const GROUPS_REGEX: Setting = Setting::new(
     "GROUPS_REGEX",
     "regular expression",
-    Default::Unset,
+    Default::Derived("`.*` (every group) when `GROUPS` is unset too; else none"),
     "groups watched by pattern, matched against whole names (found with `ListGroups`)",
+    "kafka_exporter's default: a new team's group appears by itself. Naming groups (`GROUPS`) watches only those unless a pattern is set as well",
+);
+
+pub const GROUPS_EXCLUDE_REGEX: Setting = Setting::new(
+    "GROUPS_EXCLUDE_REGEX",
+    "regular expression",
+    Default::Unset,
+    "groups the pattern would watch but should not (a group named in `GROUPS` is watched anyway), matched against whole names",
+    "",
+);
+
+pub const TOPICS_REGEX: Setting = Setting::new(
+    "TOPICS_REGEX",
+    "regular expression",
+    Default::Value(".*"),
+    "topics whose partitions, offsets, leaders and replicas are exported (kafka_exporter's topic series), matched against whole names; a watched group's lag is read whatever this says",
+    "kafka_exporter's `--topic.filter` default: every topic, so the topics no watched group reads (the output, the dead letters) are on the dashboards too. Its filter matches anywhere in the name: its `foo` is `.*foo.*` here",
+);
+
+pub const TOPICS_EXCLUDE_REGEX: Setting = Setting::new(
+    "TOPICS_EXCLUDE_REGEX",
+    "regular expression",
+    Default::Unset,
+    "topics left out of the topic series even when `TOPICS_REGEX` matches them (e.g. `__.*` for Kafka's internal topics), matched against whole names",
     "",
 );
 

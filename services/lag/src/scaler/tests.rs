@@ -34,7 +34,7 @@ fn picture(at_ms: i64, partitions: Vec<PartitionPicture>) -> Picture {
         "last_rebalance_pause_ms": null, "recent_rebalances": [], "error": null, "partitions": []
     }))
     .expect("a group picture");
-    Picture { at_ms, groups: vec![GroupPicture { partitions, ..group }] }
+    Picture { at_ms, groups: vec![GroupPicture { partitions, ..group }], ..Picture::default() }
 }
 
 #[test]

@@ -121,28 +121,6 @@ fn assignment(bytes: &Bytes) -> Vec<Tp> {
 }
 
 impl Cluster {
-    /// The leader of every partition of `topics`, and why a topic has none.
-    pub async fn leaders(
-        &self,
-        topics: &[String],
-    ) -> Result<(HashMap<Tp, i32>, HashMap<String, WireError>), WireError> {
-        let metadata = self.metadata(Some(topics)).await?;
-        let (mut leaders, mut missing) = (HashMap::new(), HashMap::new());
-        for topic in &metadata.topics {
-            let Some(name) = topic.name.as_ref().map(|n| n.0.as_str().to_string()) else { continue };
-            if topic.error_code != 0 {
-                missing.insert(name, WireError::Kafka { api: "Metadata", code: topic.error_code });
-                continue;
-            }
-            for p in &topic.partitions {
-                if p.leader_id.0 >= 0 {
-                    leaders.insert(Tp::new(&name, p.partition_index), p.leader_id.0);
-                }
-            }
-        }
-        Ok((leaders, missing))
-    }
-
     /// `ListOffsets` at `timestamp` (or [`EARLIEST`], [`LATEST`]) for every
     /// partition, once per leader; `read_committed` gives the stable offset.
     pub async fn list_offsets(
