@@ -111,7 +111,11 @@ groups:
             while it has lag: nothing is being processed.
           {{- include "sluice.runbook" (list $ "SluiceProcessorsAbsent") | nindent 10 }}
       - alert: SluiceLagDown
+        {{- /* The age of the last complete poll: sluice_lag_last_poll_timestamp_seconds moves with
+             failed polls too. 60 s is twelve of the default 5 s polls. */}}
         expr: |
+          min by (namespace) (time() - sluice_lag_last_complete_poll_timestamp_seconds{{ include "sluice.sel" (list $ns) }}) > 60
+          or
           max by (namespace) (sluice_lag_ready{{ include "sluice.sel" (list $ns) }}) == 0
           or
           absent(sluice_lag_ready{{ include "sluice.sel" (list $ns) }})

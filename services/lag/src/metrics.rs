@@ -301,6 +301,7 @@ pub struct Metrics {
     poll_errors: IntCounterVec,
     requests: IntCounterVec,
     last_poll: IntGauge,
+    last_complete_poll: IntGauge,
     groups: IntGauge,
 }
 
@@ -339,7 +340,14 @@ impl Metrics {
                 "Kafka requests sent, by API (ApiVersions and SASL included).",
                 &["api"],
             ),
-            last_poll: own.gauge("last_poll_timestamp_seconds", "When the last poll ended, Unix seconds."),
+            last_poll: own.gauge(
+                "last_poll_timestamp_seconds",
+                "When the last poll read, Unix seconds, whether or not it read everything.",
+            ),
+            last_complete_poll: own.gauge(
+                "last_complete_poll_timestamp_seconds",
+                "When the last poll that read everything it asked for read, Unix seconds: alert on its age.",
+            ),
             groups: own.gauge("groups", "Groups watched."),
             registry,
         }
@@ -364,6 +372,9 @@ impl Metrics {
         }
         self.poll_duration.observe(took_seconds);
         self.last_poll.set(picture.at_ms / 1000);
+        if errors.is_empty() {
+            self.last_complete_poll.set(picture.at_ms / 1000);
+        }
         self.groups.set(picture.groups.len() as i64);
     }
 
@@ -567,5 +578,20 @@ mod tests {
         for family in ["kafka_brokers ", "kafka_broker_info{", "kafka_topic_partitions{", "kafka_topic_partition_"] {
             assert!(!t.contains(family), "metadata unread: no {family} series, none made up:\n{t}");
         }
+    }
+
+    #[test]
+    fn only_a_complete_poll_moves_the_last_complete_poll() {
+        let m = Metrics::new();
+        let at = |m: &Metrics, name: &str| {
+            let t = prometheus::TextEncoder::new().encode_to_string(&m.registry.gather()).expect("text");
+            sluice_service::process::metric(&t, name, "")
+        };
+        m.publish(&Picture { at_ms: 10_000, ..Picture::default() }, 0.01, &PollErrors::default());
+        let mut failed = PollErrors::default();
+        failed.insert(Stage::Metadata, vec!["broker down".into()]);
+        m.publish(&Picture { at_ms: 15_000, ..Picture::default() }, 0.01, &failed);
+        assert_eq!(at(&m, "sluice_lag_last_poll_timestamp_seconds"), 15.0);
+        assert_eq!(at(&m, "sluice_lag_last_complete_poll_timestamp_seconds"), 10.0, "the failed poll is not complete");
     }
 }
