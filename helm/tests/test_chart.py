@@ -409,7 +409,7 @@ def rules_checks(args, rule):
         quiet = any(c["alertname"] == alert and not c.get("exp_alerts") for c in cases)
         check(fires and quiet, f"{alert} has a unit test where it fires and one where it does not")
     wanted = {"SluiceConsumerLagHigh", "SluiceTimeLagBudgetBurn", "SluiceLagPartitionStalled", "SluiceLagRetentionHeadroomLow",
-              "SluiceLagRecordsLost", "SluiceProcessorsAbsent", "SluiceLagDown",
+              "SluiceLagRecordsLost", "SluiceProcessorsAbsent", "SluiceLagDown", "SluiceInputPartitionsDrift",
               "SluiceProcessorNotReady", "SluiceDeadLettersHigh", "SluicePartitionPaused",
               "SluiceSchedulerJobNoSuccess", "SluiceSchedulerStaleWrites", "SluiceSchedulerDown",
               "SluiceIngestCursorLost", "SluiceStateStoreReplaced"}

@@ -110,6 +110,20 @@ groups:
             The processors' group {{ "{{" }} $labels.consumergroup {{ "}}" }} in {{ "{{" }} $labels.namespace {{ "}}" }} has had no member for {{ $a.processorsAbsent.for }}
             while it has lag: nothing is being processed.
           {{- include "sluice.runbook" (list $ "SluiceProcessorsAbsent") | nindent 10 }}
+      - alert: SluiceInputPartitionsDrift
+        expr: |
+          max by (namespace, topic) (kafka_topic_partitions{{ include "sluice.sel" (list $ns (printf "topic=%q" .Values.kafka.topic)) }}) != {{ int .Values.kafka.partitions }}
+        for: {{ $a.partitionsDrift.for }}
+        labels:
+          severity: warning
+        annotations:
+          summary: "The input topic {{ "{{" }} $labels.topic {{ "}}" }} has {{ "{{" }} $value {{ "}}" }} partitions; the release is set for {{ .Values.kafka.partitions }}"
+          description: >-
+            kafka.partitions is {{ .Values.kafka.partitions }} and processor.autoscaling.maxReplicas {{ $scale.maxReplicas }}, checked against
+            each other at install; the topic in {{ "{{" }} $labels.namespace {{ "}}" }} has {{ "{{" }} $value {{ "}}" }}. The scalers count the real partitions,
+            but maxReplicas still caps the processors: with more partitions they cannot use them,
+            with fewer the processors past the partition count sit idle.
+          {{- include "sluice.runbook" (list $ "SluiceInputPartitionsDrift") | nindent 10 }}
       - alert: SluiceLagDown
         {{- /* The age of the last complete poll: sluice_lag_last_poll_timestamp_seconds moves with
              failed polls too. 60 s is twelve of the default 5 s polls. */}}
