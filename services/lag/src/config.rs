@@ -50,6 +50,8 @@ pub struct LagConfig {
     /// Per group, by name.
     pub per_group: BTreeMap<String, GroupSettings>,
     pub admin_listen: SocketAddr,
+    /// Burrow's series and consumer status API, under this cluster name.
+    pub burrow_cluster: Option<String>,
     /// KEDA's external scaler (gRPC); `None`: not served.
     pub scaler_listen: Option<SocketAddr>,
     pub scaler_tls: Option<TlsFiles>,
@@ -104,6 +106,7 @@ impl LagConfig {
             defaults,
             per_group,
             admin_listen: env.setting(&s::ADMIN_LISTEN),
+            burrow_cluster: env.optional_setting(&s::BURROW_CLUSTER),
             scaler_listen: scaler_listen(env),
             scaler_tls: scaler_tls(env),
         };

@@ -6,14 +6,16 @@
 //!   rebalances), pure and tested.
 //! - [`poller`]: one poll of everything; [`picture`]: the readings and the
 //!   state kept across polls assembled into the current picture.
-//! - [`metrics`] (kafka_exporter's names and `sluice_lag_…`), [`http`] (the
-//!   picture as JSON), [`cli`] (`sluice-lag describe`), [`config`].
+//! - [`metrics`] (kafka_exporter's and Burrow's names, and `sluice_lag_…`), [`http`]
+//!   (the picture as JSON, and Burrow's consumer status), [`burrow`] (Burrow's status
+//!   codes and JSON shape), [`cli`] (`sluice-lag describe`), [`config`].
 //! - [`scaler`]: KEDA's external scaler, served from the picture with
 //!   `sluice-scaling`'s rules.
 //! - [`simulate`]: `sluice-lag simulate`, the autoscaling engine on a trace.
 
 #![forbid(unsafe_code)]
 
+pub mod burrow;
 pub mod cli;
 pub mod config;
 pub mod http;

@@ -87,14 +87,14 @@ async fn run() -> anyhow::Result<()> {
             std::process::exit(2);
         }
     };
-    let metrics = Metrics::new();
+    let metrics = Metrics::with_burrow(config.burrow_cluster.as_deref());
     let (picture_tx, picture_rx) = watch::channel(Arc::new(Picture::default()));
     // Ready while polls succeed: the last clean poll is recent.
     let last_ok = Arc::new(AtomicI64::new(0));
     let stale_ms = (config.poll_interval * 3 + config.request_timeout).as_millis() as i64;
     let (stop_tx, stop_rx) = watch::channel(false);
     let scalers = sluice_lag::scaler::Scalers::new(config.rate_window.as_millis() as i64);
-    let routes = sluice_lag::http::routes(picture_rx.clone(), scalers.clone());
+    let routes = sluice_lag::http::routes(picture_rx.clone(), scalers.clone(), config.burrow_cluster.clone());
     let ready = ready_check(Arc::clone(&last_ok), stale_ms);
     let (addr, admin) = sluice_service::admin::serve_with(
         config.admin_listen,

@@ -18,6 +18,8 @@ use sluice_service::metrics::Registrar;
 use crate::picture::Picture;
 use crate::poller::{PollErrors, Stage};
 
+mod burrow;
+
 /// A gauge family whose series not set in a publish round are removed.
 #[derive(Debug)]
 struct Family {
@@ -294,6 +296,8 @@ pub struct Metrics {
     pub registry: Registry,
     exporter: Exporter,
     own: Own,
+    /// Burrow's series, with `BURROW_CLUSTER`.
+    burrow: Option<burrow::Burrow>,
     /// Every rebalance's pause, per group (a group no longer watched is removed).
     rebalance_pauses: HistogramVec,
     paused_groups: Mutex<HashSet<String>>,
@@ -310,6 +314,11 @@ const TP: [&str; 2] = ["topic", "partition"];
 
 impl Metrics {
     pub fn new() -> Self {
+        Self::with_burrow(None)
+    }
+
+    /// With Burrow's series too, under `cluster` (`BURROW_CLUSTER`).
+    pub fn with_burrow(cluster: Option<&str>) -> Self {
         let registry = Registry::new();
         let kafka = Registrar::new(&registry, "kafka");
         let own = Registrar::new(&registry, "sluice_lag");
@@ -322,6 +331,7 @@ impl Metrics {
         Self {
             exporter: Exporter::new(&kafka),
             own: Own::new(&own),
+            burrow: cluster.map(|c| burrow::Burrow::new(&Registrar::new(&registry, "burrow_kafka"), c)),
             rebalance_pauses: own.histograms(
                 "rebalance_pause_seconds",
                 "How long consumption stopped in each rebalance seen (to a poll interval).",
@@ -354,7 +364,8 @@ impl Metrics {
     }
 
     fn families(&self) -> impl Iterator<Item = &Family> {
-        self.exporter.families().into_iter().chain(self.own.families())
+        let burrow = self.burrow.iter().flat_map(burrow::Burrow::families);
+        self.exporter.families().into_iter().chain(self.own.families()).chain(burrow)
     }
 
     /// Publishes a poll: its picture, how long it took, what failed.
@@ -363,6 +374,9 @@ impl Metrics {
             self.publish_group(group);
         }
         self.exporter.publish_cluster(picture);
+        if let Some(b) = &self.burrow {
+            b.publish(picture);
+        }
         for family in self.families() {
             family.finish();
         }

@@ -44,6 +44,14 @@ pub enum TimestampType {
     LogAppend,
 }
 
+/// A committed offset as a poll saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Seen {
+    pub offset: i64,
+    pub at_ms: i64,
+    pub lag: Option<i64>,
+}
+
 /// One partition of one group, now.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PartitionPicture {
@@ -67,6 +75,11 @@ pub struct PartitionPicture {
     /// ms until the oldest unconsumed record is due for deletion by retention.
     pub retention_headroom_ms: Option<i64>,
     pub status: Verdict,
+    /// The first and last committed offsets seen within the status window.
+    #[serde(default)]
+    pub window_start: Option<Seen>,
+    #[serde(default)]
+    pub window_end: Option<Seen>,
 }
 
 /// One group, now.
@@ -254,6 +267,8 @@ impl State {
             drain_seconds: None,
             retention_headroom_ms: None,
             status,
+            window_start: None,
+            window_end: None,
         };
         let log = match readings.logs.get(tp) {
             Some(Ok(log)) => *log,
@@ -273,6 +288,8 @@ impl State {
         let rates = history.rates(config.rate_window.as_millis() as i64);
         let retention = readings.configs.get(tp.topic.as_ref()).and_then(|c| c.retention_ms);
         let verdict = status::partition(history, &lag, time_lag, owner.is_some(), &settings.thresholds);
+        let seen = |s: Sample| s.committed.map(|offset| Seen { offset, at_ms: s.at_ms, lag: s.lag });
+        let ends = history.committed_ends(settings.thresholds.window.as_millis() as i64);
         PartitionPicture {
             log: Some(log),
             lag: Some(lag),
@@ -285,6 +302,8 @@ impl State {
             drain_seconds: rates
                 .and_then(|r| r.drain_seconds(lag.records().unwrap_or(0), config.poll_interval.as_secs_f64())),
             retention_headroom_ms: retention_headroom_ms(record.map(|r| r.timestamp_ms), retention, now),
+            window_start: ends.and_then(|(first, _)| seen(first)),
+            window_end: ends.and_then(|(_, last)| seen(last)),
             ..base(verdict)
         }
     }

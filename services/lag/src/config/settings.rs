@@ -25,6 +25,7 @@ pub const SETTINGS: &[Setting] = &[
     GROUP_SETTINGS,
     INACTIVE_TTL_MS,
     ADMIN_LISTEN,
+    BURROW_CLUSTER,
     SCALER_LISTEN,
     SCALER_TLS_CERT,
     SCALER_TLS_KEY,
@@ -171,6 +172,14 @@ pub const ADMIN_LISTEN: Setting = Setting::new(
     Default::Value("0.0.0.0:9096"),
     "`/live`, `/ready`, `/metrics`, `/groups`",
     "the port the chart's probes and scrape use",
+);
+
+pub const BURROW_CLUSTER: Setting = Setting::new(
+    "BURROW_CLUSTER",
+    "text",
+    Default::Unset,
+    "Burrow's conventions, for its users: its series (`burrow_kafka_*`: Burrow v1.9's names, labels and status codes, `cluster` set to this) and its consumer status API (`/v3/kafka/{cluster}/consumer/{group}/lag` and `/status`) on the admin port",
+    "",
 );
 
 pub const SCALER_LISTEN: Setting = Setting::new(

@@ -84,6 +84,13 @@ impl History {
         self.samples.iter().filter(move |s| newest - s.at_ms <= window_ms)
     }
 
+    /// The first and last samples within `window_ms` of the newest that have a committed offset.
+    pub fn committed_ends(&self, window_ms: i64) -> Option<(Sample, Sample)> {
+        let mut committed = self.within(window_ms).filter(|s| s.committed.is_some());
+        let first = *committed.next()?;
+        Some((first, *committed.last().unwrap_or(&first)))
+    }
+
     /// How much of `window_ms` the samples cover.
     pub fn span_ms(&self, window_ms: i64) -> i64 {
         let mut within = self.within(window_ms);

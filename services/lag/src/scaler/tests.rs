@@ -24,6 +24,8 @@ fn partition(i: i32, lag: Option<Lag>, status: Status) -> PartitionPicture {
         drain_seconds: None,
         retention_headroom_ms: None,
         status: Verdict { status, reason: String::new() },
+        window_start: None,
+        window_end: None,
     }
 }
 
