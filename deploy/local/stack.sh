@@ -35,7 +35,7 @@
 #                                                         off: no password, a test stack)
 #   SLUICE_REDIS_PORT             6379
 #   SLUICE_KAFKA_HEAP             512m                    broker -Xmx/-Xms
-#   SLUICE_KAFKA_VERSION          4.1.1                   org.apache.kafka:kafka_2.13 (4.x)
+#   SLUICE_KAFKA_VERSION          4.1.1                   org.apache.kafka:kafka_2.13 (3.9.x or 4.x)
 #   SLUICE_TOPIC_PARTITIONS       12                      chain.transactions, dex.swaps
 #   SLUICE_KAFKA_START_TIMEOUT    90                      seconds to wait for the broker
 # Stacks with different dirs and ports run side by side, e.g. for a test:
@@ -88,7 +88,7 @@ check_config() {
   [[ $(printf '%s\n' "$KAFKA_PORT" "$CONTROLLER_PORT" "$SECURE_PORT" "$JMX_PORT" "$REDIS_PORT" | sort -u | wc -l) == 5 ]] ||
     { warn "the five ports (Kafka, controller, SASL_SSL, JMX, Redis) must differ"; bad=1; }
   [[ $KAFKA_HEAP =~ ^[0-9]+[kKmMgG]?$ ]] || { warn "SLUICE_KAFKA_HEAP=$KAFKA_HEAP is not a JVM size like 512m"; bad=1; }
-  [[ $KAFKA_VERSION =~ ^4\.[0-9]+\.[0-9]+$ ]] || { warn "SLUICE_KAFKA_VERSION=$KAFKA_VERSION is not a 4.x.y version"; bad=1; }
+  [[ $KAFKA_VERSION =~ ^(3\.9|4\.[0-9]+)\.[0-9]+$ ]] || { warn "SLUICE_KAFKA_VERSION=$KAFKA_VERSION is not a 3.9.x or 4.x.y version"; bad=1; }
   [[ -z $POD_ADDRESS || $POD_ADDRESS =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]] || { warn "SLUICE_STACK_POD_ADDRESS=$POD_ADDRESS is not an IPv4 address"; bad=1; }
   [[ $PARTITIONS =~ ^[1-9][0-9]*$ ]] || { warn "SLUICE_TOPIC_PARTITIONS=$PARTITIONS is not a positive number"; bad=1; }
   [[ $START_TIMEOUT =~ ^[1-9][0-9]*$ ]] || { warn "SLUICE_KAFKA_START_TIMEOUT=$START_TIMEOUT is not a number of seconds"; bad=1; }

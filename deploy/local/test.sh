@@ -266,6 +266,23 @@ part_conformance() {
 part_integration() {
   say "building and running every integration test (Kafka $SLUICE_KAFKA_BROKERS, Redis $SLUICE_REDIS_URL)"
   cargo_test "$LOGS/cargo-test.log" --workspace --test '*' || die "integration tests failed (log: $LOGS/cargo-test.log)"
+  kafka_39
+}
+
+# sluice-lag speaks Kafka's protocol itself, so its broker tests run again on the oldest line
+# users still run: Kafka 3.9 (KRaft), on a stack of its own (ports +20000).
+kafka_39() {
+  say "sluice-lag's broker tests on Kafka 3.9.2 as well (a stack of its own; log: $LOGS/cargo-kafka39.log)"
+  (
+    export SLUICE_STACK_DIR="$SLUICE_STACK_DIR-kafka39" SLUICE_KAFKA_VERSION=3.9.2 SLUICE_STACK_POD_ADDRESS=
+    export SLUICE_KAFKA_PORT=$((SLUICE_KAFKA_PORT + 20000)) SLUICE_REDIS_PORT=$((SLUICE_REDIS_PORT + 20000))
+    export SLUICE_KAFKA_CONTROLLER_PORT=$((SLUICE_KAFKA_PORT + 1))
+    trap '"$HERE/stack.sh" down >"$LOGS/kafka39-stack-down.log" 2>&1' EXIT
+    "$HERE/stack.sh" up >"$LOGS/kafka39-stack.log" 2>&1 || die "the Kafka 3.9 stack did not start (log: $LOGS/kafka39-stack.log)"
+    eval "$("$HERE/stack.sh" env)"
+    cargo_test "$LOGS/cargo-kafka39.log" -p sluice-lag --test wire --test lag --test exporter --test burrow --test unreachable ||
+      die "sluice-lag's tests failed on Kafka 3.9 (log: $LOGS/cargo-kafka39.log)"
+  )
 }
 
 # cargo test ARGS; --workspace unless ARGS select packages (cargo ignores -p beside --workspace).

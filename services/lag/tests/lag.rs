@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
 use common::{Lag, POLL_MS, cli_describe, commit, kafka_describe, produce, rows, topic};
@@ -123,13 +124,17 @@ impl Member {
         let commit_to = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(-1));
         let (s, c, topic) = (stop.clone(), commit_to.clone(), topic.to_string());
         let thread = std::thread::spawn(move || {
-            while !s.load(std::sync::atomic::Ordering::SeqCst) {
+            while !s.load(SeqCst) {
                 let _ = consumer.poll(Duration::from_millis(100));
-                let to = c.swap(-1, std::sync::atomic::Ordering::SeqCst);
+                let to = c.swap(-1, SeqCst);
                 if to >= 0 {
                     let mut tpl = rdkafka::TopicPartitionList::new();
                     tpl.add_partition_offset(&topic, 0, rdkafka::Offset::Offset(to)).expect("offset");
-                    consumer.commit(&tpl, CommitMode::Sync).expect("commit");
+                    // A commit while the group rebalances fails (the classic protocol's
+                    // REBALANCE_IN_PROGRESS): try it again after the next poll.
+                    if consumer.commit(&tpl, CommitMode::Sync).is_err() {
+                        let _ = c.compare_exchange(-1, to, SeqCst, SeqCst);
+                    }
                 }
             }
         });
@@ -137,13 +142,13 @@ impl Member {
     }
 
     fn commit(&self, offset: i64) {
-        self.commit_to.store(offset, std::sync::atomic::Ordering::SeqCst);
+        self.commit_to.store(offset, SeqCst);
     }
 }
 
 impl Drop for Member {
     fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.stop.store(true, SeqCst);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

@@ -315,8 +315,10 @@ impl Cluster {
             Ok(response) => {
                 for g in &response.groups {
                     let name = g.group_id.0.as_str().to_string();
-                    // Not a KIP-848 group (GROUP_ID_NOT_FOUND): a classic one.
-                    if g.error_code == 69 {
+                    // Not a KIP-848 group (GROUP_ID_NOT_FOUND): a classic one. So is every
+                    // group on a broker that lists the API but has KIP-848 off (Kafka 3.9
+                    // answers each group UNSUPPORTED_VERSION).
+                    if g.error_code == 69 || g.error_code == 35 {
                         classic.push(name);
                         continue;
                     }
