@@ -280,7 +280,7 @@ kafka_39() {
     trap '"$HERE/stack.sh" down >"$LOGS/kafka39-stack-down.log" 2>&1' EXIT
     "$HERE/stack.sh" up >"$LOGS/kafka39-stack.log" 2>&1 || die "the Kafka 3.9 stack did not start (log: $LOGS/kafka39-stack.log)"
     eval "$("$HERE/stack.sh" env)"
-    cargo_test "$LOGS/cargo-kafka39.log" -p sluice-lag --test wire --test lag --test exporter --test burrow --test unreachable ||
+    cargo_test "$LOGS/cargo-kafka39.log" -p sluice-lag --test wire --test lag --test verdicts --test exporter --test burrow --test unreachable ||
       die "sluice-lag's tests failed on Kafka 3.9 (log: $LOGS/cargo-kafka39.log)"
   )
 }

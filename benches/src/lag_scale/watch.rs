@@ -59,7 +59,7 @@ fn labels(line: &str) -> Vec<(&str, &str)> {
 }
 
 fn value(line: &str) -> Option<f64> {
-    line.rsplit(' ').next()?.parse().ok()
+    sluice_service::process::sample(line).map(|(_, value, _)| value)
 }
 
 impl Scrape {

@@ -75,10 +75,14 @@ impl LagConfig {
             include: compiled(env, &s::TOPICS_REGEX, &include).unwrap_or_else(|| whole(".*").expect("valid")),
             exclude: exclude.and_then(|text| compiled(env, &s::TOPICS_EXCLUDE_REGEX, &text)),
         };
+        let poll_interval = env.setting_ms(&s::POLL_INTERVAL_MS);
+        let stall_after = env.setting_ms(&s::STALL_AFTER_MS);
         let defaults = GroupSettings {
             thresholds: Thresholds {
                 window: env.setting_ms(&s::STATUS_WINDOW_MS),
-                stall_after: env.setting_ms(&s::STALL_AFTER_MS),
+                stall_after,
+                // Three polls: what "within a few polls" can tell from a poll's timing.
+                min_still: (poll_interval * 3).min(stall_after),
                 warn_time_lag: env.optional_setting::<u64>(&s::WARN_TIME_LAG_MS).map(Duration::from_millis),
                 warn_lag: env.optional_setting(&s::WARN_LAG),
             },
@@ -99,7 +103,7 @@ impl LagConfig {
             groups_regex,
             groups_exclude,
             topics,
-            poll_interval: env.setting_ms(&s::POLL_INTERVAL_MS),
+            poll_interval,
             request_timeout: env.setting_ms(&s::REQUEST_TIMEOUT_MS),
             rate_window: env.setting_ms(&s::RATE_WINDOW_MS),
             inactive_ttl: env.setting_ms(&s::INACTIVE_TTL_MS),

@@ -3,6 +3,13 @@
 //! and the rest), so dashboards and alerts built on it (Grafana 7589,
 //! Strimzi's) work unchanged; everything else is `sluice_lag_…`.
 //!
+//! Readings are exact as of their poll, and say so: every series read from
+//! Kafka (kafka_exporter's, Burrow's and sluice-lag's per group and partition)
+//! carries the poll's time as its sample timestamp, so side by side with an
+//! exporter that reads at the scrape the two agree at equal times, and
+//! `rate()` divides by the time between reads, not between scrapes. Series
+//! about sluice-lag itself (poll durations, errors, the last polls) carry none.
+//!
 //! Values are never made up: an uncommitted partition has no lag series (it
 //! has `sluice_lag_uncommitted`), an unknown time lag or a partition that
 //! never drains has no series, and a series whose partition or group is gone
@@ -10,8 +17,11 @@
 //! partition or group, labelled with the current one.
 
 use std::collections::HashSet;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, RwLock};
 
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::MetricFamily;
 use prometheus::{GaugeVec, Histogram, HistogramVec, IntCounterVec, IntGauge, Registry};
 use sluice_service::metrics::Registrar;
 
@@ -47,6 +57,36 @@ impl Family {
             let _ = self.vec.remove_label_values(&labels);
         }
         *previous = now;
+    }
+}
+
+/// The readings' families (a registry of their own), each sample stamped with the time of
+/// the poll that read it. It describes nothing to the served registry (the readings'
+/// registry has checked their names), so it registers as an unchecked collector.
+#[derive(Clone)]
+struct Stamped {
+    readings: Registry,
+    at_ms: Arc<AtomicI64>,
+    /// Held to write by a publish round, to read by a scrape: no scrape sees one poll's
+    /// values with another's time.
+    round: Arc<RwLock<()>>,
+}
+
+impl Collector for Stamped {
+    fn desc(&self) -> Vec<&Desc> {
+        Vec::new()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let _round = self.round.read().unwrap_or_else(|e| e.into_inner());
+        let at = self.at_ms.load(Relaxed);
+        let mut families = self.readings.gather();
+        for family in &mut families {
+            for metric in family.mut_metric() {
+                metric.set_timestamp_ms(at);
+            }
+        }
+        families
     }
 }
 
@@ -294,6 +334,9 @@ impl Own {
 #[derive(Debug)]
 pub struct Metrics {
     pub registry: Registry,
+    /// The time of the poll the readings are from, ms.
+    read_at_ms: Arc<AtomicI64>,
+    round: Arc<RwLock<()>>,
     exporter: Exporter,
     own: Own,
     /// Burrow's series, with `BURROW_CLUSTER`.
@@ -320,7 +363,12 @@ impl Metrics {
     /// With Burrow's series too, under `cluster` (`BURROW_CLUSTER`).
     pub fn with_burrow(cluster: Option<&str>) -> Self {
         let registry = Registry::new();
-        let kafka = Registrar::new(&registry, "kafka");
+        let readings = Registry::new();
+        let (read_at_ms, round) = (Arc::new(AtomicI64::new(0)), Arc::new(RwLock::new(())));
+        let stamped = Stamped { readings: readings.clone(), at_ms: read_at_ms.clone(), round: round.clone() };
+        registry.register(Box::new(stamped)).expect("an unchecked collector registers");
+        let kafka = Registrar::new(&readings, "kafka");
+        let read = Registrar::new(&readings, "sluice_lag");
         let own = Registrar::new(&registry, "sluice_lag");
         let poll_errors = own.counters("poll_errors_total", "Failed reads in polls, by stage.", &["stage"]);
         for stage in Stage::ALL {
@@ -329,9 +377,11 @@ impl Metrics {
         let pauses = [1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0];
         let poll_buckets = prometheus::exponential_buckets(0.005, 2.0, 14).expect("buckets");
         Self {
+            read_at_ms,
+            round,
             exporter: Exporter::new(&kafka),
-            own: Own::new(&own),
-            burrow: cluster.map(|c| burrow::Burrow::new(&Registrar::new(&registry, "burrow_kafka"), c)),
+            own: Own::new(&read),
+            burrow: cluster.map(|c| burrow::Burrow::new(&Registrar::new(&readings, "burrow_kafka"), c)),
             rebalance_pauses: own.histograms(
                 "rebalance_pause_seconds",
                 "How long consumption stopped in each rebalance seen (to a poll interval).",
@@ -370,6 +420,8 @@ impl Metrics {
 
     /// Publishes a poll: its picture, how long it took, what failed.
     pub fn publish(&self, picture: &Picture, took_seconds: f64, errors: &PollErrors) {
+        let round = self.round.write().unwrap_or_else(|e| e.into_inner());
+        self.read_at_ms.store(picture.at_ms, Relaxed);
         for group in &picture.groups {
             self.publish_group(group);
         }
@@ -380,6 +432,7 @@ impl Metrics {
         for family in self.families() {
             family.finish();
         }
+        drop(round);
         self.publish_pauses(picture);
         for (stage, list) in errors {
             self.poll_errors.with_label_values(&[stage.as_str()]).inc_by(list.len() as u64);
@@ -574,6 +627,8 @@ mod tests {
         let value = |name: &str, labels: &str| sluice_service::process::metric(&t, name, labels);
         let p = |n: i32| format!("partition=\"{n}\",topic=\"t\"");
         assert_eq!(value("kafka_brokers", ""), 2.0, "{t}");
+        assert!(t.contains("\nkafka_brokers 2 1000\n"), "a reading carries its poll's time (ms): {t}");
+        assert!(t.contains("\nsluice_lag_last_poll_timestamp_seconds 1\n"), "sluice-lag's own series none: {t}");
         assert_eq!(value("kafka_broker_info", "address=\"b:9092\",id=\"2\""), 1.0);
         assert_eq!(value("kafka_topic_partitions", "topic=\"t\""), 3.0);
         assert_eq!(value("kafka_topic_partition_leader", &p(1)), 2.0);

@@ -7,11 +7,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde::{Deserialize, Serialize};
 
 use crate::config::LagConfig;
-use crate::model::group::{GroupPoll, GroupTracker, RebalancePause};
+use crate::model::group::{GroupPoll, GroupTracker, RebalancePause, rebalancing};
 use crate::model::history::{History, Sample};
 use crate::model::lag::{Lag, Log, time_lag_ms};
 use crate::model::retention_headroom_ms;
-use crate::model::status::{self, Status, Verdict};
+use crate::model::status::{self, Evidence, Ownership, Status, Verdict};
 use crate::wire::{Broker, GroupDescription, Placement, RecordTime, TopicConfig, Topology, Tp, WireError};
 
 /// What one poll read of one group.
@@ -196,10 +196,10 @@ impl State {
             .into_iter()
             .map(|tp| self.partition(name, &tp, reading, &owners, readings, config))
             .collect();
-        let mut verdict = status::group(partitions.iter().map(|p| (format!("{}-{}", p.topic, p.partition), &p.status)));
-        if let Err(e) = &reading.committed {
-            verdict = Verdict { status: Status::Err, reason: format!("committed offsets unreadable: {e}") };
-        }
+        let verdict = status::group(
+            partitions.iter().map(|p| (format!("{}-{}", p.topic, p.partition), &p.status)),
+            reading.committed.as_ref().err().map(ToString::to_string),
+        );
         let lags: Vec<i64> = partitions.iter().filter_map(|p| p.lag.and_then(|l| l.records())).collect();
         let lag = (!lags.is_empty()).then(|| lags.iter().sum());
         let time_lag_ms = partitions.iter().filter_map(|p| p.time_lag_ms).max();
@@ -287,7 +287,14 @@ impl State {
         history.push(Sample { at_ms: now, end, committed, lag: lag.records() });
         let rates = history.rates(config.rate_window.as_millis() as i64);
         let retention = readings.configs.get(tp.topic.as_ref()).and_then(|c| c.retention_ms);
-        let verdict = status::partition(history, &lag, time_lag, owner.is_some(), &settings.thresholds);
+        let ownership = match &reading.description {
+            _ if owner.is_some() => Ownership::Owned,
+            // Members join this group, none is assigning now, and none has the partition.
+            Ok(d) if !d.protocol_type.is_empty() && !rebalancing(&d.state) => Ownership::Unowned,
+            _ => Ownership::Unknown,
+        };
+        let evidence = Evidence { history, lag: &lag, time_lag_ms: time_lag, ownership };
+        let verdict = status::partition(&evidence, &settings.thresholds);
         let seen = |s: Sample| s.committed.map(|offset| Seen { offset, at_ms: s.at_ms, lag: s.lag });
         let ends = history.committed_ends(settings.thresholds.window.as_millis() as i64);
         PartitionPicture {

@@ -32,9 +32,9 @@ fn series(text: &str, family: &str) -> Vec<(BTreeMap<String, String>, f64)> {
     text.lines()
         .filter(|l| l.starts_with(family) && l[family.len()..].starts_with(['{', ' ']))
         .map(|l| {
-            let (head, value) = l.rsplit_once(' ').expect("a sample");
+            let (head, value, _) = sluice_service::process::sample(l).expect("a sample");
             let labels = pair.captures_iter(head).map(|c| (c[1].to_string(), c[2].to_string())).collect();
-            (labels, value.parse().expect("a value"))
+            (labels, value)
         })
         .collect()
 }

@@ -16,7 +16,7 @@ use regex::Regex;
 type Series = BTreeMap<String, Vec<BTreeMap<String, String>>>;
 
 fn series(text: &str) -> Series {
-    let line = Regex::new(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$").expect("regex");
+    let line = Regex::new(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)(?: (-?[0-9]+))?$").expect("regex");
     let pair = Regex::new(r#"([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)""#).expect("regex");
     let mut out = Series::new();
     for l in text.lines().filter(|l| !l.starts_with('#')) {
@@ -29,6 +29,9 @@ fn series(text: &str) -> Series {
             .map(|p| (p[1].to_string(), p[2].to_string()))
             .collect();
         labels.insert("__value__".into(), c[3].to_string());
+        if let Some(at) = c.get(4) {
+            labels.insert("__timestamp__".into(), at.as_str().to_string());
+        }
         out.entry(c[1].to_string()).or_default().push(labels);
     }
     out
@@ -91,12 +94,27 @@ async fn kafka_exporter_s_families_for_every_topic_match_the_broker_s_metadata()
             && value(s, "kafka_consumergroup_lag", &[("topic", &read), ("partition", "2")]).is_some()
     })
     .await;
+    let scraped_ms = sluice_core::clock::now_ms();
+
+    // Readings exact as of their time: every series read from Kafka in one scrape carries
+    // one sample timestamp, the time of the poll that read it; sluice-lag's own carry none.
+    let stamps: BTreeSet<&str> = s
+        .iter()
+        .filter(|(f, _)| f.starts_with("kafka_") || f.starts_with("sluice_lag_partition"))
+        .flat_map(|(_, series)| series.iter())
+        .map(|l| l.get("__timestamp__").map_or("none", String::as_str))
+        .collect();
+    assert_eq!(stamps.len(), 1, "one poll's time on every reading: {stamps:?}");
+    let read_at: i64 = stamps.first().expect("a stamp").parse().expect("a timestamp");
+    assert!((0..5_000).contains(&(scraped_ms - read_at)), "read at {read_at}, scraped at {scraped_ms}");
+    let own = &s["sluice_lag_last_poll_timestamp_seconds"][0];
+    assert!(!own.contains_key("__timestamp__"), "sluice-lag's own series: {own:?}");
 
     // Every family, with exactly kafka_exporter's label names.
     let c = contract();
     for (family, labels) in c.families.iter().filter(|(f, _)| !c.not_exported.contains(*f)) {
         let found = s.get(family).unwrap_or_else(|| panic!("{family}: not exported"));
-        let want: BTreeSet<&str> = labels.iter().map(String::as_str).chain(["__value__"]).collect();
+        let want: BTreeSet<&str> = labels.iter().map(String::as_str).chain(["__value__", "__timestamp__"]).collect();
         for l in found {
             let got: BTreeSet<&str> = l.keys().map(String::as_str).collect();
             assert_eq!(got, want, "{family}: label names");

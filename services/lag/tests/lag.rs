@@ -5,11 +5,9 @@
 
 mod common;
 
-use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
 use common::{Lag, POLL_MS, cli_describe, commit, kafka_describe, produce, rows, topic};
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use sluice_lag::model::status::Status;
 use sluice_lag::picture::TimestampType;
 
@@ -102,59 +100,6 @@ fn picture_at(lag: &Lag, group: &str) -> i64 {
     at
 }
 
-/// A member of `group` that owns `topic`'s partitions, polls, and commits
-/// only when told to (its own thread).
-struct Member {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    commit_to: std::sync::Arc<std::sync::atomic::AtomicI64>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Member {
-    fn join(group: &str, topic: &str) -> Self {
-        let consumer: BaseConsumer = sluice_testkit::kafka()
-            .client()
-            .set("group.id", group)
-            .set("enable.auto.commit", "false")
-            .set("auto.offset.reset", "earliest")
-            .create()
-            .expect("consumer");
-        consumer.subscribe(&[topic]).expect("subscribe");
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let commit_to = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(-1));
-        let (s, c, topic) = (stop.clone(), commit_to.clone(), topic.to_string());
-        let thread = std::thread::spawn(move || {
-            while !s.load(SeqCst) {
-                let _ = consumer.poll(Duration::from_millis(100));
-                let to = c.swap(-1, SeqCst);
-                if to >= 0 {
-                    let mut tpl = rdkafka::TopicPartitionList::new();
-                    tpl.add_partition_offset(&topic, 0, rdkafka::Offset::Offset(to)).expect("offset");
-                    // A commit while the group rebalances fails (the classic protocol's
-                    // REBALANCE_IN_PROGRESS): try it again after the next poll.
-                    if consumer.commit(&tpl, CommitMode::Sync).is_err() {
-                        let _ = c.compare_exchange(-1, to, SeqCst, SeqCst);
-                    }
-                }
-            }
-        });
-        Self { stop, commit_to, thread: Some(thread) }
-    }
-
-    fn commit(&self, offset: i64) {
-        self.commit_to.store(offset, SeqCst);
-    }
-}
-
-impl Drop for Member {
-    fn drop(&mut self) {
-        self.stop.store(true, SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_status_is_reached_by_its_cause_and_left_when_it_goes() {
     let env = [("STALL_AFTER_MS", "3000"), ("STATUS_WINDOW_MS", "6000")];
@@ -169,7 +114,7 @@ async fn every_status_is_reached_by_its_cause_and_left_when_it_goes() {
     // STOP: committed, no member, not moving, lag.
     commit(stop, &topics[0], &[(0, 10)]);
     // STALL: a member owns the partition but does not move its offset.
-    let member = Member::join(stall, &topics[1]);
+    let member = common::Member::join(stall, &topics[1]);
     member.commit(10);
     // REWIND: forward, then back.
     commit(rewind, &topics[2], &[(0, 90)]);

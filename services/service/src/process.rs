@@ -175,8 +175,25 @@ pub fn http_get_at(host: &str, port: u16, path: &str) -> Option<(u16, String)> {
 pub fn metric(text: &str, name: &str, labels: &str) -> f64 {
     text.lines()
         .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']) && l.contains(labels))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .filter_map(|l| sample(l).map(|(_, value, _)| value))
         .sum()
+}
+
+/// A sample line of the text exposition, `name{labels} value [timestamp_ms]`: its name
+/// and labels, its value, and its timestamp if it carries one.
+pub fn sample(line: &str) -> Option<(&str, f64, Option<i64>)> {
+    let split = match line.rfind('}') {
+        Some(brace) => brace + 1,
+        None => line.find(' ')?,
+    };
+    let (head, rest) = line.split_at(split);
+    let mut fields = rest.split_whitespace();
+    let value = fields.next()?.parse().ok()?;
+    let timestamp = match fields.next() {
+        Some(t) => Some(t.parse().ok()?),
+        None => None,
+    };
+    Some((head, value, timestamp))
 }
 
 /// Polls `/ready` on `port` until it answers 200 (true) or `limit` passed.

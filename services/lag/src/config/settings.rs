@@ -135,7 +135,7 @@ pub const STALL_AFTER_MS: Setting = Setting::new(
     "STALL_AFTER_MS",
     "milliseconds",
     Default::Value("60000"),
-    "STALL: owned, with lag, and the committed offset has not moved this long",
+    "STALL (owned) or STOP (not owned): with lag, the committed offset has not moved this long, or nobody owns the partition and its oldest unconsumed record has waited this long; a partition seen committing more often is judged after three of its commit intervals (at least three polls)",
     "a minute: 60 commits of the processor's 1 s interval missed, far past a rebalance pause (1–4.5 s measured on pods)",
 );
 

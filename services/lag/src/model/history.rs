@@ -130,6 +130,48 @@ impl History {
         Some(since)
     }
 
+    /// Since when the committed offset has stood at its current value with lag in every
+    /// sample (records waiting that nobody committed past), or `None` without lag now.
+    pub fn waiting_since_ms(&self) -> Option<i64> {
+        let last = self.samples.back()?;
+        let current = last.committed?;
+        if last.lag.unwrap_or(0) <= 0 {
+            return None;
+        }
+        let mut since = last.at_ms;
+        for s in self.samples.iter().rev() {
+            if s.committed != Some(current) || s.lag.unwrap_or(0) <= 0 {
+                break;
+            }
+            since = s.at_ms;
+        }
+        Some(since)
+    }
+
+    /// The longest time between two polls at which the committed offset was seen to move,
+    /// over the samples kept: how often this group commits, to a poll interval. `None`
+    /// until it has been seen to move twice.
+    pub fn commit_interval_ms(&self) -> Option<i64> {
+        let mut moves = self
+            .samples
+            .iter()
+            .zip(self.samples.iter().skip(1))
+            .filter(|(a, b)| a.committed.is_some() && b.committed.is_some() && a.committed != b.committed)
+            .map(|(_, b)| b.at_ms);
+        let mut previous = moves.next()?;
+        let mut longest = None;
+        for at in moves {
+            longest = longest.max(Some(at - previous));
+            previous = at;
+        }
+        longest
+    }
+
+    /// The time of the oldest sample kept.
+    pub fn oldest_ms(&self) -> Option<i64> {
+        self.samples.front().map(|s| s.at_ms)
+    }
+
     /// Whether the committed offset went back within `window_ms`.
     pub fn rewound(&self, window_ms: i64) -> bool {
         let committed: Vec<i64> = self.within(window_ms).filter_map(|s| s.committed).collect();
@@ -195,6 +237,30 @@ mod tests {
         assert!(reset.rewound(60_000));
         assert!(!reset.rewound(4_000), "outside the window");
         assert_eq!(reset.rates(60_000).and_then(|r| r.consume), None, "no rate across a reset");
+    }
+
+    #[test]
+    fn waiting_and_the_commit_interval() {
+        // Moves at 5 s and 10 s, then stands with lag from 10 s on.
+        let h = history(&[
+            (0, 10, Some(5)),
+            (5_000, 20, Some(7)),
+            (10_000, 30, Some(9)),
+            (15_000, 40, Some(9)),
+            (20_000, 50, Some(9)),
+        ]);
+        assert_eq!(h.waiting_since_ms(), Some(10_000));
+        assert_eq!(h.commit_interval_ms(), Some(5_000));
+        let caught_up = history(&[(0, 10, Some(10)), (5_000, 10, Some(10))]);
+        assert_eq!(caught_up.waiting_since_ms(), None, "no lag: nothing waits");
+        // Standing still while caught up, then records arrive: waiting since they did.
+        let arrived = history(&[(0, 10, Some(10)), (5_000, 10, Some(10)), (10_000, 12, Some(10))]);
+        assert_eq!(arrived.waiting_since_ms(), Some(10_000));
+        assert_eq!(arrived.commit_interval_ms(), None, "never seen to move");
+        let once = history(&[(0, 10, Some(5)), (5_000, 20, Some(7)), (10_000, 30, Some(7))]);
+        assert_eq!(once.commit_interval_ms(), None, "one move is no interval");
+        let sparse = history(&[(0, 10, Some(1)), (5_000, 20, Some(2)), (30_000, 30, Some(3)), (35_000, 40, Some(4))]);
+        assert_eq!(sparse.commit_interval_ms(), Some(25_000), "the longest gap between moves");
     }
 
     #[test]

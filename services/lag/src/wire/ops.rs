@@ -44,6 +44,9 @@ pub struct GroupDescription {
     pub state: String,
     /// The assignor's or protocol's name (`cooperative-sticky`, `uniform`…).
     pub protocol: String,
+    /// `consumer` for a group whose members join it (kept while it is empty); empty for
+    /// a group that only commits offsets (e.g. Flink's, which assigns partitions itself).
+    pub protocol_type: String,
     pub members: Vec<Member>,
 }
 
@@ -336,6 +339,7 @@ impl Cluster {
                     let described = kafka("ConsumerGroupDescribe", g.error_code).map(|()| GroupDescription {
                         state: g.group_state.as_str().into(),
                         protocol: g.assignor_name.as_str().into(),
+                        protocol_type: "consumer".into(),
                         members: members.collect(),
                     });
                     out.push((name, described));
@@ -360,6 +364,7 @@ impl Cluster {
                 let described = kafka("DescribeGroups", g.error_code).map(|()| GroupDescription {
                     state: g.group_state.as_str().into(),
                     protocol: g.protocol_data.as_str().into(),
+                    protocol_type: g.protocol_type.as_str().into(),
                     members: members.collect(),
                 });
                 (g.group_id.0.as_str().to_string(), described)

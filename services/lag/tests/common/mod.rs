@@ -6,6 +6,8 @@
 #![allow(dead_code)]
 
 use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
@@ -179,4 +181,72 @@ pub fn cli_describe(port: u16, group: &str, topic: &str) -> Result<Vec<Row>, Str
         .collect();
     rows.sort();
     Ok(rows)
+}
+
+/// A member of `group` that owns `topic`'s partition 0, polls, and commits only when
+/// told to (its own thread).
+pub struct Member {
+    stop: Arc<AtomicBool>,
+    commit_to: Arc<AtomicI64>,
+    committed: Arc<AtomicI64>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Member {
+    pub fn join(group: &str, topic: &str) -> Self {
+        let consumer: BaseConsumer = sluice_testkit::kafka()
+            .client()
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            .create()
+            .expect("consumer");
+        consumer.subscribe(&[topic]).expect("subscribe");
+        let stop = Arc::new(AtomicBool::new(false));
+        let commit_to = Arc::new(AtomicI64::new(-1));
+        let committed = Arc::new(AtomicI64::new(-1));
+        let (s, c, done, topic) = (stop.clone(), commit_to.clone(), committed.clone(), topic.to_string());
+        let thread = std::thread::spawn(move || {
+            while !s.load(SeqCst) {
+                let _ = consumer.poll(Duration::from_millis(100));
+                let assigned = consumer.assignment().map(|a| a.count() > 0).unwrap_or(false);
+                let to = c.swap(-1, SeqCst);
+                if to < 0 {
+                    continue;
+                }
+                let mut tpl = TopicPartitionList::new();
+                tpl.add_partition_offset(&topic, 0, Offset::Offset(to)).expect("offset");
+                // Only as the owner; a commit while the group rebalances fails (the classic
+                // protocol's REBALANCE_IN_PROGRESS): try again after the next poll.
+                if assigned && consumer.commit(&tpl, CommitMode::Sync).is_ok() {
+                    done.store(to, SeqCst);
+                } else {
+                    let _ = c.compare_exchange(-1, to, SeqCst, SeqCst);
+                }
+            }
+        });
+        Self { stop, commit_to, committed, thread: Some(thread) }
+    }
+
+    pub fn commit(&self, offset: i64) {
+        self.commit_to.store(offset, SeqCst);
+    }
+
+    /// Waits until the member owns the partition and has committed `offset`.
+    pub fn wait_committed(&self, offset: i64, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while self.committed.load(SeqCst) != offset {
+            assert!(Instant::now() < deadline, "the member did not commit {offset} within {limit:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        self.stop.store(true, SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }

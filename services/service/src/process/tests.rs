@@ -128,3 +128,16 @@ async fn http_get_and_wait_ready_read_an_admin_port() {
     assert_eq!(http_get(closed, "/ready"), None, "nothing listens there");
     assert!(!wait_ready(closed, Duration::from_millis(200)).await);
 }
+
+#[test]
+fn a_sample_line_with_or_without_its_timestamp() {
+    assert_eq!(sample("up 1"), Some(("up", 1.0, None)));
+    assert_eq!(
+        sample("lag{group=\"a b\",p=\"0\"} 42 1700000000123"),
+        Some(("lag{group=\"a b\",p=\"0\"}", 42.0, Some(1_700_000_000_123)))
+    );
+    assert_eq!(sample("x{a=\"1\"} NaN").map(|(_, v, _)| v.is_nan()), Some(true));
+    assert_eq!(sample("x{a=\"1\"} 1 soon"), None, "a timestamp that is not one");
+    let text = "lag{p=\"0\"} 2 1000\nlag{p=\"1\"} 3\n";
+    assert_eq!(metric(text, "lag", ""), 5.0, "timestamps are no values");
+}
