@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use serde::Serialize;
-use sluice_service::process::{Spawned, free_port, http_get, metric, wait_ready};
+use sluice_service::process::{Spawned, free_port, http_get, http_get_within, metric, wait_ready};
 
 use crate::machine;
 
@@ -145,7 +145,8 @@ impl Watched {
     /// Reads `/metrics` and the served picture's time, and what that cost.
     pub async fn scrape(&self) -> Result<(Scrape, ScrapeCost)> {
         let (cpu, started) = (self.cpu(), Instant::now());
-        let (code, text) = http_get(self.port, "/metrics").context("GET /metrics")?;
+        let limit = Duration::from_secs(120);
+        let (code, text) = http_get_within("127.0.0.1", self.port, "/metrics", limit).context("GET /metrics")?;
         anyhow::ensure!(code == 200, "GET /metrics: {code}");
         let mut scrape = Scrape::parse(&text);
         // The picture is sent just after the metrics are published: wait for it.

@@ -159,9 +159,15 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
 /// GET `path` from `host:port` (a pod's address, say): its status and body, or `None` when
 /// nothing answers within 5 s.
 pub fn http_get_at(host: &str, port: u16, path: &str) -> Option<(u16, String)> {
+    http_get_within(host, port, path, Duration::from_secs(5))
+}
+
+/// GET `path` from `host:port`, waiting up to `limit` for each read (a large `/metrics`
+/// can take longer than 5 s to start).
+pub fn http_get_within(host: &str, port: u16, path: &str, limit: Duration) -> Option<(u16, String)> {
     let addr = std::net::ToSocketAddrs::to_socket_addrs(&(host, port)).ok()?.next()?;
     let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    stream.set_read_timeout(Some(limit)).ok()?;
     write!(stream, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
