@@ -43,8 +43,8 @@ fn series(text: &str, family: &str) -> Vec<(BTreeMap<String, String>, f64)> {
 async fn a_stopped_group_is_err_in_burrow_s_series_and_api() {
     let topic = topic("burrow", 2).await;
     let group = sluice_testkit::unique("burrow-group");
-    produce(&topic, 0, 20, |_| 1_700_000_000_000).await;
-    produce(&topic, 1, 30, |_| 1_700_000_000_000).await;
+    produce(&topic, 0, 20, |_| sluice_core::clock::now_ms()).await;
+    produce(&topic, 1, 30, |_| sluice_core::clock::now_ms()).await;
     commit(&group, &topic, &[(0, 15), (1, 10)]);
     let env = [("BURROW_CLUSTER", "local-test"), ("STALL_AFTER_MS", "2000")];
     let lag = Lag::start(&group, &[&group], &env).await;

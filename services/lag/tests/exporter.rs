@@ -81,10 +81,10 @@ async fn kafka_exporter_s_families_for_every_topic_match_the_broker_s_metadata()
     let excluded = topic("exp-excluded", 2).await;
     let group = sluice_testkit::unique("exp-group");
     for p in 0..3 {
-        produce(&read, p, 10 + i64::from(p), |_| 1_700_000_000_000).await;
+        produce(&read, p, 10 + i64::from(p), |_| sluice_core::clock::now_ms()).await;
     }
-    produce(&unread, 1, 7, |_| 1_700_000_000_000).await;
-    produce(&excluded, 0, 4, |_| 1_700_000_000_000).await;
+    produce(&unread, 1, 7, |_| sluice_core::clock::now_ms()).await;
+    produce(&excluded, 0, 4, |_| sluice_core::clock::now_ms()).await;
     commit(&group, &read, &[(0, 10), (1, 5), (2, 0)]);
     commit(&group, &excluded, &[(0, 1)]);
     let exclude = regex::escape(&excluded);
