@@ -1,7 +1,8 @@
 //! sluice-lag as a drop-in for kafka_exporter, on the real broker: every family of
 //! kafka_exporter v1.9.0 (`contract/kafka_exporter-v1.9.0.json`) with its label names, every
 //! topic (not only the watched groups'), the values checked against the broker's metadata as
-//! librdkafka reads it, and the bundled dashboard's queries answered.
+//! librdkafka reads it, and the bundled dashboard's queries answered; and, like
+//! kafka_exporter, every group by default, a new one found by itself.
 
 mod common;
 
@@ -184,4 +185,35 @@ async fn kafka_exporter_s_families_for_every_topic_match_the_broker_s_metadata()
             assert!(value(&s, name, &[("topic", test_topic)]).is_some(), "{expr}: no {name} series for {test_topic}");
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_groups_named_every_group_is_watched_and_a_new_one_appears_by_itself() {
+    let read = topic("all-groups", 2).await;
+    produce(&read, 0, 8, |_| sluice_core::clock::now_ms()).await;
+    produce(&read, 1, 5, |_| sluice_core::clock::now_ms()).await;
+    let (before, after, excluded) =
+        (sluice_testkit::unique("all-before"), sluice_testkit::unique("all-after"), sluice_testkit::unique("all-excluded"));
+    commit(&before, &read, &[(0, 3), (1, 5)]);
+    commit(&excluded, &read, &[(0, 1)]);
+    let exclude = regex::escape(&excluded);
+    let lag = Lag::start(&before, &[], &[("GROUPS_EXCLUDE_REGEX", exclude.as_str())]).await;
+    let lag_of = |s: &Series, group: &str, partition: &str| {
+        value(s, "kafka_consumergroup_lag", &[("consumergroup", group), ("topic", &read), ("partition", partition)])
+    };
+    let s = scrape_until(&lag, "showing the group committed before the start", |s| lag_of(s, &before, "0").is_some()).await;
+    assert_eq!((lag_of(&s, &before, "0"), lag_of(&s, &before, "1")), (Some(5.0), Some(0.0)));
+
+    // A team's new group, committed after the start: found by the next polls' ListGroups.
+    commit(&after, &read, &[(1, 2)]);
+    let s = scrape_until(&lag, "showing the group created after the start", |s| lag_of(s, &after, "1").is_some()).await;
+    assert_eq!(lag_of(&s, &after, "1"), Some(3.0));
+    let picture = lag.group(&after).expect("the new group's picture at /groups");
+    assert_eq!(picture.partitions.iter().filter(|p| p.topic == read).count(), 2, "{picture:#?}");
+
+    // The excluded group existed before both and was listed by every poll: never watched.
+    assert!(lag.group(&excluded).is_none(), "{excluded} is excluded");
+    let text = lag.metrics();
+    assert!(!text.contains(&excluded), "{excluded} in /metrics");
+    assert!(text.contains(&before) && text.contains(&after));
 }

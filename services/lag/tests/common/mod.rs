@@ -26,13 +26,17 @@ pub struct Lag {
 }
 
 impl Lag {
-    /// Watches `groups` with `env` on top (names without `SLUICE_LAG_`).
+    /// Watches `groups` (none: `GROUPS` left unset, so every group) with `env` on top
+    /// (names without `SLUICE_LAG_`).
     pub async fn start(name: &str, groups: &[&str], env: &[(&str, &str)]) -> Self {
         let port = free_port();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice-lag"));
+        cmd.env_remove("SLUICE_LAG_GROUPS").env_remove("SLUICE_LAG_GROUPS_REGEX");
+        if !groups.is_empty() {
+            cmd.env("SLUICE_LAG_GROUPS", groups.join(","));
+        }
         cmd.env("SLUICE_LOG_FORMAT", "plain")
             .env("SLUICE_LAG_BROKERS", sluice_testkit::kafka().brokers)
-            .env("SLUICE_LAG_GROUPS", groups.join(","))
             .env("SLUICE_LAG_ADMIN_LISTEN", format!("127.0.0.1:{port}"))
             .env("SLUICE_LAG_POLL_INTERVAL_MS", POLL_MS.to_string())
             .env("SLUICE_LAG_RATE_WINDOW_MS", "3000")
