@@ -192,8 +192,11 @@ async fn with_no_groups_named_every_group_is_watched_and_a_new_one_appears_by_it
     let read = topic("all-groups", 2).await;
     produce(&read, 0, 8, |_| sluice_core::clock::now_ms()).await;
     produce(&read, 1, 5, |_| sluice_core::clock::now_ms()).await;
-    let (before, after, excluded) =
-        (sluice_testkit::unique("all-before"), sluice_testkit::unique("all-after"), sluice_testkit::unique("all-excluded"));
+    let (before, after, excluded) = (
+        sluice_testkit::unique("all-before"),
+        sluice_testkit::unique("all-after"),
+        sluice_testkit::unique("all-excluded"),
+    );
     commit(&before, &read, &[(0, 3), (1, 5)]);
     commit(&excluded, &read, &[(0, 1)]);
     let exclude = regex::escape(&excluded);
@@ -201,7 +204,8 @@ async fn with_no_groups_named_every_group_is_watched_and_a_new_one_appears_by_it
     let lag_of = |s: &Series, group: &str, partition: &str| {
         value(s, "kafka_consumergroup_lag", &[("consumergroup", group), ("topic", &read), ("partition", partition)])
     };
-    let s = scrape_until(&lag, "showing the group committed before the start", |s| lag_of(s, &before, "0").is_some()).await;
+    let s =
+        scrape_until(&lag, "showing the group committed before the start", |s| lag_of(s, &before, "0").is_some()).await;
     assert_eq!((lag_of(&s, &before, "0"), lag_of(&s, &before, "1")), (Some(5.0), Some(0.0)));
 
     // A team's new group, committed after the start: found by the next polls' ListGroups.
