@@ -99,7 +99,7 @@ async fn run() -> anyhow::Result<()> {
     let (addr, admin) = sluice_service::admin::serve_with(
         config.admin_listen,
         "lag",
-        metrics.registry.clone(),
+        (metrics.registry.clone(), Some(Arc::new(metrics.append_readings()))),
         ready,
         routes,
         stopped(stop_rx),

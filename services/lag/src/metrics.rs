@@ -17,78 +17,18 @@
 //! partition or group, labelled with the current one.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
-use prometheus::core::{Collector, Desc};
-use prometheus::proto::MetricFamily;
-use prometheus::{GaugeVec, Histogram, HistogramVec, IntCounterVec, IntGauge, Registry};
+use prometheus::{Histogram, HistogramVec, IntCounterVec, IntGauge, Registry};
 use sluice_service::metrics::Registrar;
 
 use crate::picture::Picture;
 use crate::poller::{PollErrors, Stage};
 
+use exposition::{Family, Published};
+
 mod burrow;
-
-/// A gauge family whose series not set in a publish round are removed.
-#[derive(Debug)]
-struct Family {
-    vec: GaugeVec,
-    set: Mutex<HashSet<Vec<String>>>,
-    previous: Mutex<HashSet<Vec<String>>>,
-}
-
-impl Family {
-    fn new(r: &Registrar<'_>, thing: &str, help: &str, labels: &[&str]) -> Self {
-        Self { vec: r.float_gauges(thing, help, labels), set: Mutex::default(), previous: Mutex::default() }
-    }
-
-    fn set(&self, labels: &[&str], value: f64) {
-        self.vec.with_label_values(labels).set(value);
-        self.set.lock().unwrap_or_else(|e| e.into_inner()).insert(labels.iter().map(|l| l.to_string()).collect());
-    }
-
-    /// Removes the series of the last round not set in this one.
-    fn finish(&self) {
-        let now = std::mem::take(&mut *self.set.lock().unwrap_or_else(|e| e.into_inner()));
-        let mut previous = self.previous.lock().unwrap_or_else(|e| e.into_inner());
-        for gone in previous.difference(&now) {
-            let labels: Vec<&str> = gone.iter().map(String::as_str).collect();
-            let _ = self.vec.remove_label_values(&labels);
-        }
-        *previous = now;
-    }
-}
-
-/// The readings' families (a registry of their own), each sample stamped with the time of
-/// the poll that read it. It describes nothing to the served registry (the readings'
-/// registry has checked their names), so it registers as an unchecked collector.
-#[derive(Clone)]
-struct Stamped {
-    readings: Registry,
-    at_ms: Arc<AtomicI64>,
-    /// Held to write by a publish round, to read by a scrape: no scrape sees one poll's
-    /// values with another's time.
-    round: Arc<RwLock<()>>,
-}
-
-impl Collector for Stamped {
-    fn desc(&self) -> Vec<&Desc> {
-        Vec::new()
-    }
-
-    fn collect(&self) -> Vec<MetricFamily> {
-        let _round = self.round.read().unwrap_or_else(|e| e.into_inner());
-        let at = self.at_ms.load(Relaxed);
-        let mut families = self.readings.gather();
-        for family in &mut families {
-            for metric in family.mut_metric() {
-                metric.set_timestamp_ms(at);
-            }
-        }
-        families
-    }
-}
+pub mod exposition;
 
 /// kafka_exporter's families, with its names and labels (`kafka_…`).
 #[derive(Debug)]
@@ -111,8 +51,8 @@ struct Exporter {
 }
 
 impl Exporter {
-    fn new(r: &Registrar<'_>) -> Self {
-        let gt = ["consumergroup", "topic"];
+    fn new() -> Self {
+        let r = "kafka";
         Self {
             brokers: Family::new(r, "brokers", "Brokers in the cluster's metadata.", &[]),
             broker_info: Family::new(
@@ -149,14 +89,14 @@ impl Exporter {
                 r,
                 "consumergroup_lag_sum",
                 "Lag of the group on the topic, over its partitions.",
-                &gt,
+                &GT,
             ),
             current_offset: Family::new(r, "consumergroup_current_offset", "The group's committed offset.", &GTP),
             current_offset_sum: Family::new(
                 r,
                 "consumergroup_current_offset_sum",
                 "The group's committed offsets on the topic, summed.",
-                &gt,
+                &GT,
             ),
             members: Family::new(r, "consumergroup_members", "Members of the group.", &["consumergroup"]),
         }
@@ -234,7 +174,8 @@ struct Own {
 }
 
 impl Own {
-    fn new(r: &Registrar<'_>) -> Self {
+    fn new() -> Self {
+        let r = "sluice_lag";
         Self {
             time_lag: Family::new(
                 r,
@@ -253,7 +194,8 @@ impl Own {
                 "produce_rate",
                 "Records appended to the partition per second (over the rate window).",
                 &TP,
-            ),
+            )
+            .repeating(),
             consume_rate: Family::new(
                 r,
                 "consume_rate",
@@ -333,10 +275,11 @@ impl Own {
 /// Every metric sluice-lag exports.
 #[derive(Debug)]
 pub struct Metrics {
+    /// sluice-lag's own series; `/metrics` is this registry's text followed by the
+    /// readings' ([`Metrics::append_readings`]).
     pub registry: Registry,
-    /// The time of the poll the readings are from, ms.
-    read_at_ms: Arc<AtomicI64>,
-    round: Arc<RwLock<()>>,
+    /// The readings of the last poll, as text.
+    readings: Arc<Published>,
     exporter: Exporter,
     own: Own,
     /// Burrow's series, with `BURROW_CLUSTER`.
@@ -353,6 +296,7 @@ pub struct Metrics {
 }
 
 const GTP: [&str; 3] = ["consumergroup", "topic", "partition"];
+const GT: [&str; 2] = ["consumergroup", "topic"];
 const TP: [&str; 2] = ["topic", "partition"];
 
 impl Metrics {
@@ -363,12 +307,6 @@ impl Metrics {
     /// With Burrow's series too, under `cluster` (`BURROW_CLUSTER`).
     pub fn with_burrow(cluster: Option<&str>) -> Self {
         let registry = Registry::new();
-        let readings = Registry::new();
-        let (read_at_ms, round) = (Arc::new(AtomicI64::new(0)), Arc::new(RwLock::new(())));
-        let stamped = Stamped { readings: readings.clone(), at_ms: read_at_ms.clone(), round: round.clone() };
-        registry.register(Box::new(stamped)).expect("an unchecked collector registers");
-        let kafka = Registrar::new(&readings, "kafka");
-        let read = Registrar::new(&readings, "sluice_lag");
         let own = Registrar::new(&registry, "sluice_lag");
         let poll_errors = own.counters("poll_errors_total", "Failed reads in polls, by stage.", &["stage"]);
         for stage in Stage::ALL {
@@ -377,11 +315,10 @@ impl Metrics {
         let pauses = [1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0];
         let poll_buckets = prometheus::exponential_buckets(0.005, 2.0, 14).expect("buckets");
         Self {
-            read_at_ms,
-            round,
-            exporter: Exporter::new(&kafka),
-            own: Own::new(&read),
-            burrow: cluster.map(|c| burrow::Burrow::new(&Registrar::new(&readings, "burrow_kafka"), c)),
+            readings: Arc::default(),
+            exporter: Exporter::new(),
+            own: Own::new(),
+            burrow: cluster.map(burrow::Burrow::new),
             rebalance_pauses: own.histograms(
                 "rebalance_pause_seconds",
                 "How long consumption stopped in each rebalance seen (to a poll interval).",
@@ -418,10 +355,12 @@ impl Metrics {
         self.exporter.families().into_iter().chain(self.own.families()).chain(burrow)
     }
 
-    /// Publishes a poll: its picture, how long it took, what failed.
+    /// Publishes a poll: its picture, how long it took, what failed. The readings' text
+    /// is written whole and then swapped in, so a scrape sees one poll or the next.
     pub fn publish(&self, picture: &Picture, took_seconds: f64, errors: &PollErrors) {
-        let round = self.round.write().unwrap_or_else(|e| e.into_inner());
-        self.read_at_ms.store(picture.at_ms, Relaxed);
+        for family in self.families() {
+            family.begin(picture.at_ms);
+        }
         for group in &picture.groups {
             self.publish_group(group);
         }
@@ -429,10 +368,7 @@ impl Metrics {
         if let Some(b) = &self.burrow {
             b.publish(picture);
         }
-        for family in self.families() {
-            family.finish();
-        }
-        drop(round);
+        self.readings.swap(self.families().map(Family::finish).filter(|text| !text.is_empty()).collect());
         self.publish_pauses(picture);
         for (stage, list) in errors {
             self.poll_errors.with_label_values(&[stage.as_str()]).inc_by(list.len() as u64);
@@ -443,6 +379,20 @@ impl Metrics {
             self.last_complete_poll.set(picture.at_ms / 1000);
         }
         self.groups.set(picture.groups.len() as i64);
+    }
+
+    /// Appends the last poll's readings to `body` (`/metrics` after the registry's text).
+    pub fn append_readings(&self) -> impl Fn(&mut Vec<u8>) + Send + Sync + 'static {
+        let readings = Arc::clone(&self.readings);
+        move |body| readings.write(body)
+    }
+
+    /// The whole exposition, as `/metrics` serves it.
+    pub fn text(&self) -> String {
+        let mut body = Vec::new();
+        prometheus::Encoder::encode(&prometheus::TextEncoder::new(), &self.registry.gather(), &mut body).expect("text");
+        self.readings.write(&mut body);
+        String::from_utf8(body).expect("utf-8")
     }
 
     /// Observes the rebalance pauses that ended in this poll; drops the
@@ -551,7 +501,7 @@ mod tests {
         let totals = |pairs: &[(&str, u64)]| pairs.iter().map(|(a, n)| (a.to_string(), *n)).collect();
         m.count_requests(&totals(&[("Fetch", 2), ("OffsetFetch", 1)]));
         m.count_requests(&totals(&[("Fetch", 5), ("OffsetFetch", 1)]));
-        let text = prometheus::TextEncoder::new().encode_to_string(&m.registry.gather()).expect("text");
+        let text = m.text();
         let count = |api: &str| sluice_service::process::metric(&text, "sluice_lag_requests_total", api);
         assert_eq!((count("\"Fetch\""), count("\"OffsetFetch\"")), (5.0, 1.0));
     }
@@ -576,7 +526,7 @@ mod tests {
             partitions: Vec::new(),
         };
         let m = Metrics::new();
-        let text = |m: &Metrics| prometheus::TextEncoder::new().encode_to_string(&m.registry.gather()).expect("text");
+        let text = |m: &Metrics| m.text();
         let a = "consumergroup=\"a\"";
         let picture = Picture {
             at_ms: 1_000,
@@ -623,7 +573,7 @@ mod tests {
         };
         let m = Metrics::new();
         m.publish(&picture, 0.01, &PollErrors::default());
-        let t = prometheus::TextEncoder::new().encode_to_string(&m.registry.gather()).expect("text");
+        let t = m.text();
         let value = |name: &str, labels: &str| sluice_service::process::metric(&t, name, labels);
         let p = |n: i32| format!("partition=\"{n}\",topic=\"t\"");
         assert_eq!(value("kafka_brokers", ""), 2.0, "{t}");
@@ -643,7 +593,7 @@ mod tests {
         assert_eq!(value("kafka_topic_partition_oldest_offset", &p(0)), 5.0);
 
         m.publish(&Picture { at_ms: 2_000, ..Picture::default() }, 0.01, &PollErrors::default());
-        let t = prometheus::TextEncoder::new().encode_to_string(&m.registry.gather()).expect("text");
+        let t = m.text();
         for family in ["kafka_brokers ", "kafka_broker_info{", "kafka_topic_partitions{", "kafka_topic_partition_"] {
             assert!(!t.contains(family), "metadata unread: no {family} series, none made up:\n{t}");
         }
@@ -653,7 +603,7 @@ mod tests {
     fn only_a_complete_poll_moves_the_last_complete_poll() {
         let m = Metrics::new();
         let at = |m: &Metrics, name: &str| {
-            let t = prometheus::TextEncoder::new().encode_to_string(&m.registry.gather()).expect("text");
+            let t = m.text();
             sluice_service::process::metric(&t, name, "")
         };
         m.publish(&Picture { at_ms: 10_000, ..Picture::default() }, 0.01, &PollErrors::default());
@@ -662,5 +612,67 @@ mod tests {
         m.publish(&Picture { at_ms: 15_000, ..Picture::default() }, 0.01, &failed);
         assert_eq!(at(&m, "sluice_lag_last_poll_timestamp_seconds"), 15.0);
         assert_eq!(at(&m, "sluice_lag_last_complete_poll_timestamp_seconds"), 10.0, "the failed poll is not complete");
+    }
+
+    fn reading_group(name: &str, topic: &str, partitions: i32) -> crate::picture::GroupPicture {
+        use crate::model::status::{Status, Verdict};
+        let ok = || Verdict { status: Status::Ok, reason: String::new() };
+        let partition = |p: i32| crate::picture::PartitionPicture {
+            topic: topic.into(),
+            partition: p,
+            owner: None,
+            log: None,
+            lag: Some(crate::model::lag::Lag::Behind { records: 10, lost: 0, committed: 100 }),
+            time_lag_ms: Some(1_500),
+            oldest_timestamp_ms: Some(1),
+            timestamp_type: None,
+            produce_rate: Some(f64::from(p)),
+            consume_rate: Some(1.0),
+            velocity: Some(0.0),
+            drain_seconds: Some(1.0),
+            retention_headroom_ms: Some(60_000),
+            status: ok(),
+            window_start: None,
+            window_end: None,
+        };
+        crate::picture::GroupPicture {
+            group: name.into(),
+            state: Some("Stable".into()),
+            protocol: None,
+            members: Some(1),
+            status: ok(),
+            lag: Some(10 * i64::from(partitions)),
+            time_lag_ms: Some(1_500),
+            rebalances: 0,
+            last_rebalance_pause_ms: None,
+            stable_since_ms: None,
+            recent_rebalances: Vec::new(),
+            pauses_ended_ms: Vec::new(),
+            error: None,
+            partitions: (0..partitions).map(partition).collect(),
+        }
+    }
+
+    #[test]
+    fn every_series_is_exported_once_under_one_head_even_when_groups_share_a_topic() {
+        let m = Metrics::with_burrow(Some("local"));
+        let groups = vec![reading_group("a", "t", 3), reading_group("b", "t", 3), reading_group("c", "u", 2)];
+        m.publish(&Picture { at_ms: 7_000, groups, ..Picture::default() }, 0.01, &PollErrors::default());
+        let t = m.text();
+        let mut series = HashSet::new();
+        let mut heads = HashSet::new();
+        for line in t.lines() {
+            if let Some(head) = line.strip_prefix("# TYPE ") {
+                assert!(heads.insert(head.to_string()), "family {head} twice:\n{t}");
+            } else if !line.starts_with('#') {
+                let (key, _) = line.rsplit_once(' ').expect("value");
+                assert!(series.insert(key.split(' ').next().expect("series").to_string()), "{line} twice:\n{t}");
+            }
+        }
+        let rates: Vec<&str> = t.lines().filter(|l| l.starts_with("sluice_lag_produce_rate{")).collect();
+        assert_eq!(rates.len(), 5, "one produce rate per partition, not per group: {rates:?}");
+        assert!(rates.contains(&"sluice_lag_produce_rate{partition=\"2\",topic=\"t\"} 2 7000"), "{rates:?}");
+        let lags = t.lines().filter(|l| l.starts_with("kafka_consumergroup_lag{")).count();
+        assert_eq!(lags, 8, "one lag per group-partition");
     }
 }

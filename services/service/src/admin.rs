@@ -5,7 +5,8 @@
 //! checks' reasons otherwise. `/metrics` is the Prometheus text format of
 //! the service's registry, plus `sluice_<service>_ready`: 1 while `/ready`
 //! would answer 200, evaluated at each scrape (so an alert sees a pod that is
-//! up but not ready, which the kubelet only acts on).
+//! up but not ready, which the kubelet only acts on), plus any text the service
+//! keeps ready-made ([`Appended`]). The text is written off the async workers.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -43,9 +44,14 @@ pub fn switch(reason: &'static str) -> (Arc<std::sync::atomic::AtomicBool>, Read
     (on, check)
 }
 
+/// Exposition text a service keeps ready-made (families of its own, none of them in its
+/// registry), appended to `/metrics` after the registry's.
+pub type Appended = Arc<dyn Fn(&mut Vec<u8>) + Send + Sync>;
+
 #[derive(Clone)]
 struct AdminState {
     registry: Registry,
+    appended: Option<Appended>,
     ready: ReadyCheck,
     ready_gauge: IntGauge,
 }
@@ -60,15 +66,15 @@ pub async fn serve(
     ready: ReadyCheck,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<std::io::Result<()>>)> {
-    serve_with(addr, service, registry, ready, Router::new(), shutdown).await
+    serve_with(addr, service, (registry, None), ready, Router::new(), shutdown).await
 }
 
-/// [`serve`], with the service's own `routes` beside the standard three
-/// (a service's JSON endpoints).
+/// [`serve`], with text appended to `/metrics` and the service's own `routes` beside the
+/// standard three (a service's JSON endpoints).
 pub async fn serve_with(
     addr: SocketAddr,
     service: &str,
-    registry: Registry,
+    (registry, appended): (Registry, Option<Appended>),
     ready: ReadyCheck,
     routes: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -83,7 +89,7 @@ pub async fn serve_with(
         .route("/live", get(|| async { "live\n" }))
         .route("/ready", get(ready_handler))
         .route("/metrics", get(metrics_handler))
-        .with_state(AdminState { registry, ready, ready_gauge })
+        .with_state(AdminState { registry, appended, ready, ready_gauge })
         .merge(routes);
     let task = tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(shutdown).await });
     Ok((local, task))
@@ -98,14 +104,21 @@ async fn ready_handler(State(state): State<AdminState>) -> impl IntoResponse {
 
 async fn metrics_handler(State(state): State<AdminState>) -> impl IntoResponse {
     state.ready_gauge.set(i64::from((state.ready)().is_ok()));
-    let mut body = Vec::new();
-    let encoder = TextEncoder::new();
-    match encoder.encode(&state.registry.gather(), &mut body) {
-        Ok(()) => (StatusCode::OK, [(header::CONTENT_TYPE, encoder.format_type().to_string())], body),
-        Err(e) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            [(header::CONTENT_TYPE, "text/plain".to_string())],
-            e.to_string().into_bytes(),
-        ),
+    let written = tokio::task::spawn_blocking(move || {
+        let mut body = Vec::new();
+        TextEncoder::new().encode(&state.registry.gather(), &mut body).map_err(|e| e.to_string())?;
+        if let Some(append) = &state.appended {
+            append(&mut body);
+        }
+        Ok::<_, String>(body)
+    })
+    .await
+    .map_err(|e| e.to_string())
+    .and_then(|written| written);
+    match written {
+        Ok(body) => (StatusCode::OK, [(header::CONTENT_TYPE, TextEncoder::new().format_type().to_string())], body),
+        Err(e) => {
+            (StatusCode::INTERNAL_SERVER_ERROR, [(header::CONTENT_TYPE, "text/plain".to_string())], e.into_bytes())
+        }
     }
 }

@@ -2,8 +2,6 @@
 //! status codes ([`crate::burrow`]), so alerts written for Burrow keep working. As everywhere
 //! here, a value that cannot be read has no series.
 
-use sluice_service::metrics::Registrar;
-
 use super::Family;
 use crate::burrow::{group_code, partition_code};
 use crate::model::lag::Lag;
@@ -24,7 +22,8 @@ pub(super) struct Burrow {
 }
 
 impl Burrow {
-    pub(super) fn new(r: &Registrar<'_>, cluster: &str) -> Self {
+    pub(super) fn new(cluster: &str) -> Self {
+        let r = "burrow_kafka";
         Self {
             cluster: cluster.to_string(),
             status: Family::new(r, "consumer_status", "The group's status, Burrow's code: 1 OK, 2 WARN, 3 ERR.", &CG),
