@@ -495,19 +495,45 @@ def policy_label(name):
     return "chart defaults" if base == "values.yaml" else base.removesuffix(".yaml")
 
 
+def useful_counts(partitions):
+    """The replica counts that relieve a processor (services/scaling/src/partitions.rs)."""
+    return {-(-partitions // -(-partitions // n)) for n in range(1, partitions + 1)}
+
+
+def counts_applied(run):
+    """The counts the HPA applied, in order of first use; one that relieves no processor in bold."""
+    seen = []
+    for row in run["samples"]:
+        if row[5] not in seen:
+            seen.append(row[5])
+    if "partitions" not in run:
+        return ", ".join(map(str, seen))
+    useful = useful_counts(run["partitions"]) | {0}
+    return ", ".join(str(n) if n in useful else f"**{n}**" for n in seen)
+
+
 def autoscaling(name, r):
     m = r["model"]
     head = ["policy", "peak time lag", f"time over {m['objective_s']:.0f} s", "rebalances", "replica-minutes",
-            "peak replicas", "peak lag (records)"]
+            "peak replicas", "peak lag (records)", "counts applied"]
     rows = [[policy_label(x["summary"]["policy"]), f"{x['summary']['peak_time_lag_s']:.1f} s",
              f"{x['summary']['seconds_over_objective']:.0f} s", str(x["summary"]["rebalances"]),
              f"{x['summary']['replica_minutes']:.1f}", str(x["summary"]["peak_replicas"]),
-             n0(x["summary"]["peak_lag"])] for x in r["runs"]]
+             n0(x["summary"]["peak_lag"]), counts_applied(x)] for x in r["runs"]]
+    useless = [c for x in r["runs"] for c in counts_applied(x).split(", ") if c.startswith("**")]
+    if any("partitions" in x for x in r["runs"]):
+        partitions = r["runs"][0]["partitions"]
+        model_counts = (f" Counts applied: in bold, one that relieves no processor (for {partitions} partitions the "
+                        f"useful ones are {', '.join(map(str, sorted(useful_counts(partitions))))})"
+                        + ("." if useless else "; there are none."))
+    else:
+        model_counts = ""
     commits = (f", the processors commit every {m['commit_interval_s']:.0f} s" if m.get("commit_interval_s")
                else ", commits at once")
     model = (f"Trace `{r['trace']}`; model: {n0(m['per_pod_rate'])} records/s per processor, "
              f"{m['rebalance_pause_s']:.0f} s without consumption per rebalance, {m['startup_s']:.0f} s start-up, "
-             f"sluice-lag polls every {m['lag_poll_s']:.0f} s, the HPA syncs every {m['sync_s']:.0f} s{commits}.")
+             f"sluice-lag polls every {m['lag_poll_s']:.0f} s, the HPA syncs every {m['sync_s']:.0f} s{commits}."
+             + model_counts)
     return "\n".join([table(head, rows), "", model, "", f"Source: `{name}` (sluice-lag simulate; the command is above)."])
 
 

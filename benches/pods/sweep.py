@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
-POLICIES = ["results/autoscaling/plain-keda.yaml", "results/autoscaling/chart-kafka.yaml",
+POLICIES = ["results/autoscaling/chart-timelag-ahead.yaml", "results/autoscaling/plain-keda.yaml", "results/autoscaling/chart-kafka.yaml",
             "results/autoscaling/chart-offsetlag.yaml", "results/autoscaling/chart-draintime.yaml"]
 TRACE = ["--trace", "demo:results/demo/example.json", "--stretch", "10", "--rate-factor", "10"]
 

@@ -286,6 +286,11 @@ def external_scaler_checks(args, rendered):
           and env.get("SLUICE_LAG_SCALER_TLS_CLIENT_CA", "").endswith("/ca.crt")
           and any(v.get("secret", {}).get("secretName") == secret for v in volumes),
           "lag.scaler.tls.secret: mutual TLS, sluice-lag serving with the Secret's certificate and CA, KEDA presenting the same Secret's")
+    ahead = find(render(args, "--set", "processor.autoscaling.scaleAhead=true"), "ScaledObject")[0]["spec"]["triggers"][0]["metadata"]
+    out = subprocess.run([str(binary), "check-trigger", *[f"{k}={v}" for k, v in ahead.items()]], capture_output=True, text=True)
+    check(ahead.get("leadSeconds") == "30" and out.returncode == 0 and "leadSeconds" not in
+          find(rendered.get("defaults", []), "ScaledObject")[0]["spec"]["triggers"][0]["metadata"],
+          f"scaleAhead: the trigger sizes podStartupSeconds (30) ahead, and the real sluice-lag reads it; off by default ({(out.stdout or out.stderr).strip()[:100]})")
     kafka = rendered.get("trigger-kafka", [])
     check(not find(kafka, "Service", "-lag") and "SLUICE_LAG_SCALER_LISTEN" not in container_env(find(kafka, "Deployment", "-lag")[0]),
           "trigger kafka: no scaler served, no Service for it")
@@ -408,7 +413,7 @@ def rules_checks(args, rule):
         fires = any(c["alertname"] == alert and c.get("exp_alerts") for c in cases)
         quiet = any(c["alertname"] == alert and not c.get("exp_alerts") for c in cases)
         check(fires and quiet, f"{alert} has a unit test where it fires and one where it does not")
-    wanted = {"SluiceConsumerLagHigh", "SluiceTimeLagBudgetBurn", "SluiceLagPartitionStalled", "SluiceLagRetentionHeadroomLow",
+    wanted = {"SluiceConsumerLagHigh", "SluiceTimeLagBudgetBurn", "SluiceLagPartitionStalled", "SluiceScalingBlocked", "SluiceLagRetentionHeadroomLow",
               "SluiceLagRecordsLost", "SluiceProcessorsAbsent", "SluiceLagDown", "SluiceInputPartitionsDrift",
               "SluiceProcessorNotReady", "SluiceDeadLettersHigh", "SluicePartitionPaused",
               "SluiceSchedulerJobNoSuccess", "SluiceSchedulerStaleWrites", "SluiceSchedulerDown",
@@ -608,6 +613,8 @@ def keda_checks(args, rendered):
         check(trigger["type"] == "kafka" and meta["allowIdleConsumers"] == "false"
               and meta["topic"] == "chain.transactions" and meta["consumerGroup"] == "sluice-processor",
               "KEDA on: a kafka trigger on the processors' group and topic, idle consumers not allowed")
+        check(meta.get("ensureEvenDistributionOfPartitions") == "true",
+              "KEDA on: the kafka trigger asks only for divisors of the partition count (ensureEvenDistributionOfPartitions)")
         check(scaled[0]["spec"]["maxReplicaCount"] <= 12, "KEDA on: maxReplicaCount within the partition count")
         check("behavior" in scaled[0]["spec"]["advanced"]["horizontalPodAutoscalerConfig"],
               "KEDA on: the HPA behavior comes from the values")
@@ -622,6 +629,97 @@ def keda_checks(args, rendered):
     off_processor = find(off, "Deployment", "-processor")
     check(len(off_processor) == 1 and off_processor[0]["spec"].get("replicas") == 3 and not find(off, "ScaledObject"),
           "KEDA off: replicas set from the values, no ScaledObject")
+
+
+FORMER_BEHAVIOR = {"processor": {"autoscaling": {"behavior": {
+    "scaleUp": {"policies": [{"type": "Pods", "value": 4, "periodSeconds": 15},
+                             {"type": "Percent", "value": 100, "periodSeconds": 15}]},
+    "scaleDown": {"policies": [{"type": "Pods", "value": 2, "periodSeconds": 60}]}}}}}
+
+
+def rendered_notes(args, *extra):
+    """NOTES.txt as `helm install` prints it (helm template leaves it out): a copy of the chart
+    in which a template renders it through `tpl`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        chart = pathlib.Path(tmp) / "sluice"
+        subprocess.run(["cp", "-r", str(CHART), str(chart)], check=True)
+        (chart / "notes.txt").write_text((CHART / "templates" / "NOTES.txt").read_text())
+        (chart / "templates" / "notes-rendered.yaml").write_text('notes: {{ tpl (.Files.Get "notes.txt") . | toJson }}\n')
+        out = helm(args, "template", "sluice", str(chart), "--kube-version", args.kube_versions[0],
+                   "--show-only", "templates/notes-rendered.yaml", *extra)
+        if out.returncode != 0:
+            raise RuntimeError(out.stderr.strip())
+        return yaml.safe_load(out.stdout)["notes"]
+
+
+def replica_count_checks(args, rendered):
+    """Every count the HPA can apply relieves a processor (templates/_replicas.tpl): the rendered
+    behavior is the one `sluice-lag simulate` derives and replays (services/scaling/tests/
+    useful_counts.rs replays it for every trigger); a behavior, bound or fallback that could
+    land on another count is refused, naming it, unless allowed, and then NOTES lists the counts."""
+    binary = sluice_lag_binary()
+    for scenario, objects in rendered.items():
+        scaled = find(objects, "ScaledObject")
+        if not scaled:
+            continue
+        behavior = scaled[0]["spec"]["advanced"]["horizontalPodAutoscalerConfig"].get("behavior")
+        files = ["--values", str(CHART / "values.yaml")]
+        if scenario != "defaults":
+            files += ["--values", str(CHART / "ci" / f"{scenario}-values.yaml")]
+        with tempfile.TemporaryDirectory() as tmp:
+            out = pathlib.Path(tmp) / "simulation.json"
+            run = subprocess.run([str(binary), "simulate", *files, "--trace", "synthetic:base=1000,length=60",
+                                  "--startup", "5", "--json", str(out)], capture_output=True, text=True)
+            derived = json.loads(out.read_text())["runs"][0]["behavior"] if run.returncode == 0 else run.stderr
+        check(derived == behavior, f"{scenario}: the rendered HPA behavior is the one sluice-lag simulate replays"
+              + ("" if derived == behavior else f" (rendered {behavior}, simulate {derived})"))
+    up = find(rendered.get("defaults", []), "ScaledObject")[0]["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleUp"]
+    check(up["policies"] == [{"type": "Pods", "value": 12, "periodSeconds": 15}] and up["tolerance"] == "0.05",
+          f"defaults: scale-up policies derived from kafka.partitions (12), the values' tolerance kept ({up})")
+    wide = find(render(args, "--set", "kafka.partitions=30", "--set", "processor.autoscaling.maxReplicas=30"), "ScaledObject")
+    check(wide[0]["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleUp"]["policies"][0]["value"] == 30,
+          "kafka.partitions=30: the derived scale-up policy follows it")
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as former:
+        yaml.safe_dump(FORMER_BEHAVIOR, former)
+        former.flush()
+        for what, extra, named in [
+            ("the chart's former behavior (+4 pods or +100 % per 15 s, -2 per 60 s)", ["-f", former.name],
+             ["behavior.scaleUp policy Pods 4 per 15 s can land on 5 (from 1)",
+              "behavior.scaleUp policy Percent 100 % per 15 s can land on 8 (from 4)",
+              "behavior.scaleDown policy Pods 2 per 60 s can land on 10 (from 12)"]),
+            ("maxReplicas 10 and fallback.replicas 5 of 12 partitions",
+             ["--set", "processor.autoscaling.maxReplicas=10", "--set", "processor.autoscaling.fallback.replicas=5"],
+             ["maxReplicas is 10", "fallback.replicas is 5"]),
+            ("behavior: null (the HPA's own limit, max(2 × current, 4))", ["--set", "processor.autoscaling.behavior=null"],
+             ["can land on 8 (from 4)"]),
+            ("the kafka trigger without ensureEvenDistributionOfPartitions",
+             ["--set", "processor.autoscaling.trigger=kafka", "--set", "processor.autoscaling.ensureEvenDistributionOfPartitions=false"],
+             ["ensureEvenDistributionOfPartitions is false"]),
+        ]:
+            try:
+                render(args, *extra)
+                check(False, f"{what}: refused at render time")
+            except RuntimeError as e:
+                missing = [n for n in named if n not in str(e)]
+                check(not missing and "allowUselessReplicaCounts" in str(e) and "1, 2, 3, 4, 6, 12" in str(e),
+                      f"{what}: refused at render time, naming why and the way out ({str(e)[:90]}…; missing {missing})")
+        allow = ["-f", former.name, "--set", "processor.autoscaling.allowUselessReplicaCounts=true"]
+        policies = find(render(args, *allow), "ScaledObject")[0]["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleUp"]["policies"]
+        check(len(policies) == 2, f"…unless explicitly allowed: the given policies are rendered ({policies})")
+        notes = rendered_notes(args, *allow)
+        check("the HPA can apply 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12\nprocessors" in notes
+              and "can land on 5 (from 1)" in notes,
+              f"…and NOTES lists the counts it can reach and why ({notes[notes.find('allowUseless'):][:200]!r})")
+    halving = ["--set-json", 'processor.autoscaling.behavior.scaleDown.policies=[{"type":"Percent","value":50,"periodSeconds":60}]']
+    check("allowUselessReplicaCounts" not in rendered_notes(args, *halving),
+          "a behavior of the user's that lands only on useful counts (scale-down by half, 12 partitions) is accepted")
+    nine = halving + ["--set", "kafka.partitions=9", "--set", "processor.autoscaling.maxReplicas=9"]
+    try:
+        render(args, *nine)
+        check(False, "the same halving with 9 partitions (9 → 4) is refused")
+    except RuntimeError as e:
+        check("can land on 4 (from 9)" in str(e), f"the same halving with 9 partitions (9 → 4) is refused ({str(e)[-160:]})")
 
 
 def workload_count_checks(rendered):
@@ -786,6 +884,7 @@ def main():
     crd_schemas = crd_schemas_from(args)
     rendered = render_scenarios(args, crd_schemas)
     keda_checks(args, rendered)
+    replica_count_checks(args, rendered)
     workload_count_checks(rendered)
     scheduler_admin_checks(args, rendered)
     exactly_once_checks(args, rendered)

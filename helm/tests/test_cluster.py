@@ -199,8 +199,16 @@ def hpa_checks(env, scenario, ns, values, fullname, so):
     check((spec.get("minReplicas"), spec["maxReplicas"]) == (max(a["minReplicas"], 1), a["maxReplicas"]),
           f"{scenario}: HPA min/max {spec.get('minReplicas')}/{spec['maxReplicas']} are the values' "
           f"{a['minReplicas']}/{a['maxReplicas']}")
-    differs = behavior_equal(spec.get("behavior", {}), a.get("behavior"))
-    check(differs is None, f"{scenario}: HPA behavior is the values'" + (f" ({differs})" if differs else ""))
+    # The chart derives the policies the values leave out (templates/_replicas.tpl): the
+    # HPA's behavior is the ScaledObject's as rendered, and that is the values' where they set it.
+    rendered = env.kube.get(so_path)["spec"]["advanced"]["horizontalPodAutoscalerConfig"].get("behavior")
+    for want, what in ((rendered, "the ScaledObject's"), (a.get("behavior"), "the values'")):
+        differs = behavior_equal(spec.get("behavior", {}), want)
+        check(differs is None, f"{scenario}: HPA behavior is {what}" + (f" ({differs})" if differs else ""))
+    up = (rendered or {}).get("scaleUp", {}).get("policies", [])
+    if "policies" not in ((a.get("behavior") or {}).get("scaleUp") or {}):
+        check([(p["type"], p["value"]) for p in up] == [("Pods", max(values["kafka"]["partitions"], a["maxReplicas"]))],
+              f"{scenario}: scale-up policies derived from kafka.partitions ({up})")
     metric = (spec.get("metrics") or [{}])[0]
     target = metric.get("external", {}).get("target", {})
     want = str(a["lagThreshold"]) if a["trigger"] == "kafka" else "1"
@@ -444,7 +452,7 @@ def upgrade_checks(env, scenario, ns, release, extra, sets, keda):
     dropped = ["-f", str(CHART / "ci" / "monitoring-off-values.yaml")] if scenario == "defaults" else []
     before = set(leftovers(env, ns, release))
     out = env.helm("upgrade", release, env.args.chart, "-n", ns, *extra, *dropped, *sets,
-                   "--set", "processor.autoscaling.maxReplicas=5")
+                   "--set", "processor.autoscaling.maxReplicas=6")
     if not check(out.returncode == 0, f"{scenario}: helm upgrade" + ("" if out.returncode == 0 else f": {out.stderr.strip()}")):
         return
     left = strays(env, ns, release)
@@ -457,8 +465,8 @@ def upgrade_checks(env, scenario, ns, release, extra, sets, keda):
     if keda:
         path = env.kube.path("autoscaling/v2", "HorizontalPodAutoscaler", hpa_name(release), ns)
         try:
-            wait(f"{scenario}: the HPA after the upgrade", lambda: env.kube.get(path)["spec"]["maxReplicas"] == 5, 60)
-            check(True, f"{scenario}: helm upgrade: KEDA moved the HPA's maxReplicas to 5")
+            wait(f"{scenario}: the HPA after the upgrade", lambda: env.kube.get(path)["spec"]["maxReplicas"] == 6, 60)
+            check(True, f"{scenario}: helm upgrade: KEDA moved the HPA's maxReplicas to 6")
         except TimeoutError as e:
             check(False, str(e))
     if token_before:

@@ -110,6 +110,20 @@ groups:
             The processors' group {{ "{{" }} $labels.consumergroup {{ "}}" }} in {{ "{{" }} $labels.namespace {{ "}}" }} has had no member for {{ $a.processorsAbsent.for }}
             while it has lag: nothing is being processed.
           {{- include "sluice.runbook" (list $ "SluiceProcessorsAbsent") | nindent 10 }}
+      - alert: SluiceScalingBlocked
+        expr: |
+          max by (namespace, consumergroup) (sluice_lag_group_cause{{ include "sluice.sel" (list $ns "cause=\"blocked\"") }}) == 1
+        for: {{ $a.scalingBlocked.for }}
+        labels:
+          severity: critical
+        annotations:
+          summary: "Every member of {{ "{{" }} $labels.consumergroup {{ "}}" }} stands still with lag: more consumers cannot help"
+          description: >-
+            sluice-lag has seen every member of group {{ "{{" }} $labels.consumergroup {{ "}}" }} ({{ "{{" }} $labels.namespace {{ "}}" }}) stand still for {{ $a.scalingBlocked.for }}:
+            no partition with lag is consumed (STALL). All consumers stopping at once points at a dependency they share
+            (Redis, the chain node). Sluice's scaler holds the processor count meanwhile (KEDA's kafka trigger does not:
+            it keeps adding processors, which stop too); the lag drains when the dependency is back.
+          {{- include "sluice.runbook" (list $ "SluiceScalingBlocked") | nindent 10 }}
       - alert: SluiceInputPartitionsDrift
         expr: |
           max by (namespace, topic) (kafka_topic_partitions{{ include "sluice.sel" (list $ns (printf "topic=%q" .Values.kafka.topic)) }}) != {{ int .Values.kafka.partitions }}

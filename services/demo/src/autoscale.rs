@@ -155,6 +155,9 @@ pub fn trigger_metadata(policy: &Policy, group: &str) -> HashMap<String, String>
     set("maxReplicas", policy.max_replicas.to_string());
     set("hpaTolerance", policy.hpa_tolerance().to_string());
     set("minCooldownSeconds", policy.min_cooldown_s.to_string());
+    if policy.lead_s > 0.0 {
+        set("leadSeconds", policy.lead_s.to_string());
+    }
     set("activationLagThreshold", policy.activation_lag_threshold.to_string());
     set("offsetResetPolicy", if policy.offset_reset_earliest { "earliest" } else { "latest" }.into());
     m
@@ -275,10 +278,11 @@ mod tests {
         assert_eq!(b.scale_down.and_then(|d| d.stabilization_window_seconds), Some(30));
         let mut a = Autoscaler::new(p, 5_000);
         let t = Instant::now();
-        // 12,000 records behind: 12 wanted; the chart's scale-up policies allow max(1 + 4, 2 × 1).
+        // 12,000 records behind: 12 wanted; the policies the chart derives never cut a step
+        // short (a former +4 would have applied 5), so the HPA applies the bound, 6.
         let d = a.decide(t, 1, &offsets(1_000)).await;
-        assert_eq!((d.recommended, d.replicas, d.metric), (12, 5, Some(12_000_000)));
-        assert!(d.why.contains("rate-limited"), "{}", d.why);
+        assert_eq!((d.recommended, d.replicas, d.metric), (12, 6, Some(12_000_000)));
+        assert!(!d.why.contains("rate-limited"), "{}", d.why);
     }
 
     #[test]

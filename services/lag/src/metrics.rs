@@ -26,9 +26,11 @@ use crate::picture::Picture;
 use crate::poller::{PollErrors, Stage};
 
 use exposition::{Family, Published};
+use own::{GT, GTP, Own, TP};
 
 mod burrow;
 pub mod exposition;
+mod own;
 
 /// kafka_exporter's families, with its names and labels (`kafka_…`).
 #[derive(Debug)]
@@ -153,125 +155,6 @@ impl Exporter {
     }
 }
 
-/// sluice-lag's own per-partition and per-group families (`sluice_lag_…`).
-#[derive(Debug)]
-struct Own {
-    time_lag: Family,
-    group_time_lag: Family,
-    produce_rate: Family,
-    consume_rate: Family,
-    velocity: Family,
-    drain: Family,
-    group_drain: Family,
-    headroom: Family,
-    lost: Family,
-    uncommitted: Family,
-    partition_status: Family,
-    group_status: Family,
-    group_state: Family,
-    rebalances: Family,
-    rebalance_pause: Family,
-}
-
-impl Own {
-    fn new() -> Self {
-        let r = "sluice_lag";
-        Self {
-            time_lag: Family::new(
-                r,
-                "time_lag_seconds",
-                "Age of the oldest record the group has not consumed (0: caught up).",
-                &GTP,
-            ),
-            group_time_lag: Family::new(
-                r,
-                "group_time_lag_seconds",
-                "The group's largest partition time lag.",
-                &["consumergroup"],
-            ),
-            produce_rate: Family::new(
-                r,
-                "produce_rate",
-                "Records appended to the partition per second (over the rate window).",
-                &TP,
-            )
-            .repeating(),
-            consume_rate: Family::new(
-                r,
-                "consume_rate",
-                "Records the group consumed per second (over the rate window).",
-                &GTP,
-            ),
-            velocity: Family::new(r, "velocity", "Lag growth, records per second (produce minus consume).", &GTP),
-            drain: Family::new(
-                r,
-                "drain_seconds",
-                "Seconds to consume the lag at the current rates (absent: not draining; a lag consumed within one poll: lag / consume rate).",
-                &GTP,
-            ),
-            group_drain: Family::new(
-                r,
-                "group_drain_seconds",
-                "Seconds until the group's slowest partition drains (absent: one never does).",
-                &["consumergroup"],
-            ),
-            headroom: Family::new(
-                r,
-                "retention_headroom_seconds",
-                "Seconds until retention deletes the oldest unconsumed record.",
-                &GTP,
-            ),
-            lost: Family::new(r, "lost_records", "Records retention deleted before the group read them.", &GTP),
-            uncommitted: Family::new(r, "uncommitted", "1 for a partition the group reads but never committed.", &GTP),
-            partition_status: Family::new(
-                r,
-                "partition_status",
-                "1, labelled with the partition's status.",
-                &["consumergroup", "topic", "partition", "status"],
-            ),
-            group_status: Family::new(
-                r,
-                "group_status",
-                "1, labelled with the group's status (its worst partition's).",
-                &["consumergroup", "status"],
-            ),
-            group_state: Family::new(
-                r,
-                "group_state",
-                "1, labelled with the group's state as the coordinator reports it.",
-                &["consumergroup", "state"],
-            ),
-            rebalances: Family::new(r, "rebalances", "Rebalances seen since sluice-lag started.", &["consumergroup"]),
-            rebalance_pause: Family::new(
-                r,
-                "last_rebalance_pause_seconds",
-                "How long consumption stopped in the last rebalance (to a poll interval).",
-                &["consumergroup"],
-            ),
-        }
-    }
-
-    fn families(&self) -> [&Family; 15] {
-        [
-            &self.time_lag,
-            &self.group_time_lag,
-            &self.produce_rate,
-            &self.consume_rate,
-            &self.velocity,
-            &self.drain,
-            &self.group_drain,
-            &self.headroom,
-            &self.lost,
-            &self.uncommitted,
-            &self.partition_status,
-            &self.group_status,
-            &self.group_state,
-            &self.rebalances,
-            &self.rebalance_pause,
-        ]
-    }
-}
-
 /// Every metric sluice-lag exports.
 #[derive(Debug)]
 pub struct Metrics {
@@ -294,10 +177,6 @@ pub struct Metrics {
     last_complete_poll: IntGauge,
     groups: IntGauge,
 }
-
-const GTP: [&str; 3] = ["consumergroup", "topic", "partition"];
-const GT: [&str; 2] = ["consumergroup", "topic"];
-const TP: [&str; 2] = ["topic", "partition"];
 
 impl Metrics {
     pub fn new() -> Self {
@@ -424,6 +303,14 @@ impl Metrics {
     fn publish_group(&self, g: &crate::picture::GroupPicture) {
         let group = g.group.as_str();
         self.own.group_status.set(&[group, g.status.status.as_str()], 1.0);
+        if g.error.is_none() {
+            self.own.causes.cause.set(&[group, g.cause.cause.as_str()], 1.0);
+            for (cause, lag) in g.cause.lag_by_cause() {
+                self.own.causes.lag.set(&[group, cause.as_str()], lag as f64);
+            }
+            self.own.causes.hot_share.set(&[group], g.cause.hot_share.unwrap_or(0.0));
+        }
+
         if let Some(state) = &g.state {
             self.own.group_state.set(&[group, state], 1.0);
         }
@@ -515,6 +402,7 @@ mod tests {
             protocol: None,
             members: None,
             status: Verdict { status: Status::Ok, reason: String::new() },
+            cause: Default::default(),
             lag: None,
             time_lag_ms: None,
             rebalances: pauses.len() as u64,
@@ -641,6 +529,7 @@ mod tests {
             protocol: None,
             members: Some(1),
             status: ok(),
+            cause: Default::default(),
             lag: Some(10 * i64::from(partitions)),
             time_lag_ms: Some(1_500),
             rebalances: 0,
@@ -651,6 +540,41 @@ mod tests {
             error: None,
             partitions: (0..partitions).map(partition).collect(),
         }
+    }
+
+    #[test]
+    fn the_cause_and_the_lag_by_cause_are_exported_and_follow_the_group() {
+        use crate::model::cause::{Attribution, Cause};
+        let m = Metrics::new();
+        let mut g = reading_group("g", "t", 2);
+        g.cause = Attribution {
+            cause: Cause::Blocked,
+            reason: "every member (1) stands still".into(),
+            scalable_lag: 0,
+            stuck_lag: 20,
+            hot_partition: Some("t-0".into()),
+            hot_share: Some(0.5),
+        };
+        m.publish(
+            &Picture { at_ms: 7_000, groups: vec![g.clone()], ..Picture::default() },
+            0.01,
+            &PollErrors::default(),
+        );
+        let t = m.text();
+        for line in [
+            "sluice_lag_group_cause{cause=\"blocked\",consumergroup=\"g\"} 1 7000",
+            "sluice_lag_group_lag_by_cause_records{cause=\"blocked\",consumergroup=\"g\"} 20 7000",
+            "sluice_lag_group_lag_by_cause_records{cause=\"stalled\",consumergroup=\"g\"} 0 7000",
+            "sluice_lag_group_hot_partition_share{consumergroup=\"g\"} 0.5 7000",
+        ] {
+            assert!(t.contains(line), "{line} missing:\n{t}");
+        }
+        g.cause.cause = Cause::Scalable;
+        (g.cause.scalable_lag, g.cause.stuck_lag) = (20, 0);
+        m.publish(&Picture { at_ms: 12_000, groups: vec![g], ..Picture::default() }, 0.01, &PollErrors::default());
+        let t = m.text();
+        assert!(!t.contains("cause=\"blocked\",consumergroup=\"g\"} 1"), "one cause at a time:\n{t}");
+        assert!(t.contains("sluice_lag_group_lag_by_cause_records{cause=\"scalable\",consumergroup=\"g\"} 20 12000"));
     }
 
     #[test]

@@ -5,8 +5,10 @@
 //! - [`history`]: a partition's samples over time: rates, velocity, time to
 //!   drain, standing still, going back, growing.
 //! - [`status`]: the Burrow-style status per partition and group.
+//! - [`cause`]: what more consumers can do about a group's lag, from those verdicts.
 //! - [`group`]: rebalances and the consumption pause each caused.
 
+pub mod cause;
 pub mod group;
 pub mod history;
 pub mod lag;

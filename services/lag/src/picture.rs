@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde::{Deserialize, Serialize};
 
 use crate::config::LagConfig;
+use crate::model::cause::{self, Attribution};
 use crate::model::group::{GroupPoll, GroupTracker, RebalancePause, rebalancing};
 use crate::model::history::{History, Sample};
 use crate::model::lag::{Lag, Log, time_lag_ms};
@@ -90,6 +91,9 @@ pub struct GroupPicture {
     pub protocol: Option<String>,
     pub members: Option<usize>,
     pub status: Verdict,
+    /// What more consumers can do about the lag ([`crate::model::cause`]).
+    #[serde(default)]
+    pub cause: Attribution,
     pub lag: Option<i64>,
     pub time_lag_ms: Option<i64>,
     pub rebalances: u64,
@@ -196,9 +200,30 @@ impl State {
             .into_iter()
             .map(|tp| self.partition(name, &tp, reading, &owners, readings, config))
             .collect();
+        let names: Vec<String> = partitions.iter().map(|p| format!("{}-{}", p.topic, p.partition)).collect();
         let verdict = status::group(
-            partitions.iter().map(|p| (format!("{}-{}", p.topic, p.partition), &p.status)),
+            names.iter().cloned().zip(partitions.iter().map(|p| &p.status)),
             reading.committed.as_ref().err().map(ToString::to_string),
+        );
+        // Members by id: two consumers on one host with one client id are still two.
+        let member_of: HashMap<(&str, i32), &str> = reading
+            .description
+            .as_ref()
+            .map(|d| {
+                d.members
+                    .iter()
+                    .flat_map(|m| m.assignment.iter().map(move |tp| ((&*tp.topic, tp.partition), m.member_id.as_str())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let cause = cause::attribute(
+            partitions.iter().zip(&names).map(|(p, name)| cause::Part {
+                name,
+                lag: p.lag.and_then(|l| l.records()),
+                status: p.status.status,
+                owner: member_of.get(&(p.topic.as_str(), p.partition)).copied(),
+            }),
+            reading.description.as_ref().ok().map(|d| d.members.len()),
         );
         let lags: Vec<i64> = partitions.iter().filter_map(|p| p.lag.and_then(|l| l.records())).collect();
         let lag = (!lags.is_empty()).then(|| lags.iter().sum());
@@ -228,6 +253,7 @@ impl State {
             protocol: description.map(|d| d.protocol.clone()),
             members: description.map(|d| d.members.len()),
             status: verdict,
+            cause,
             lag,
             time_lag_ms,
             rebalances: tracker.rebalances,

@@ -15,6 +15,7 @@
 //! | `minCooldownSeconds` | the shortest hold after a step | 15 |
 //! | `activationLagThreshold` | active (for scale from zero) above this lag | 0 |
 //! | `offsetResetPolicy` | `earliest`: a partition without a committed offset counts its whole log; `latest`: none of it | `earliest` |
+//! | `leadSeconds` | `timeLag`, `drainTime`: size this far ahead along the produce rate's rise (the pods' start-up), at most one step ahead; 0 is off | 0 |
 //!
 //! KEDA's own keys (`scalerAddress`, `enableTLS`, `unsafeSsl`) are ignored; any other key
 //! is refused with an error that names it.
@@ -31,6 +32,7 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 use sluice_scaling::rules::{Decision, GroupInput, PartitionInput, Scaler, Settings, Trigger};
 
+use crate::model::cause::Cause;
 use crate::model::lag::Lag;
 use crate::model::status::Status;
 use crate::picture::{GroupPicture, Picture};
@@ -68,7 +70,7 @@ fn number<T: std::str::FromStr>(meta: &HashMap<String, String>, key: &str) -> Re
 impl TriggerSpec {
     /// Reads a trigger's metadata; an unknown key or a bad value is an error naming it.
     pub fn from_metadata(meta: &HashMap<String, String>) -> Result<Self, BadMetadata> {
-        const KNOWN: [&str; 14] = [
+        const KNOWN: [&str; 15] = [
             "group",
             "trigger",
             "lagThreshold",
@@ -80,6 +82,7 @@ impl TriggerSpec {
             "minCooldownSeconds",
             "activationLagThreshold",
             "offsetResetPolicy",
+            "leadSeconds",
             "scalerAddress",
             "enableTLS",
             "unsafeSsl",
@@ -124,6 +127,7 @@ impl TriggerSpec {
                 min_cooldown_ms: (number::<f64>(meta, "minCooldownSeconds")?.unwrap_or(15.0) * 1000.0) as i64,
                 hpa_tolerance: number(meta, "hpaTolerance")?.unwrap_or(0.1),
                 rate_window_ms: 60_000,
+                lead_ms: (number::<f64>(meta, "leadSeconds")?.unwrap_or(0.0).max(0.0) * 1000.0) as i64,
             },
             max_replicas,
             activation_lag: number(meta, "activationLagThreshold")?.unwrap_or(0),
@@ -185,6 +189,7 @@ pub fn group_input(g: &GroupPicture, at_ms: i64, count_uncommitted: bool) -> Res
         rebalancing,
         last_rebalance_pause_ms: g.last_rebalance_pause_ms,
         stable_for_ms: g.stable_since_ms.map(|since| at_ms - since),
+        blocked: (g.cause.cause == Cause::Blocked).then(|| g.cause.reason.clone()),
         partitions,
     })
 }

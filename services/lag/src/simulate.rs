@@ -4,7 +4,9 @@
 //! `simulate --values helm/sluice/values.yaml [--values mine.yaml] [--compare other.yaml]
 //! --trace SPEC`: the policy in the values (override files merged over the first, like
 //! `helm -f`) on the trace, with the consumer model's settings; prints the figures of each
-//! policy side by side and the replica steps, and with `--json FILE` writes every second
+//! policy side by side and the replica steps, and with `--json FILE` writes every second and
+//! the HPA behavior each policy ran with (its policies derived as the chart renders them)
+//! and its partition count
 //! (`deploy/local/results.sh --sim-plot FILE OUT.png` draws it).
 //!
 //! `simulate hpa-case FILE` replays one conformance case (`services/scaling/conformance/hpa/testdata/`) and
@@ -174,10 +176,11 @@ fn policies(args: &SimulateArgs) -> Result<String, SimulateError> {
         commit_interval_s: args.commit_interval,
         objective_s: args.objective,
     };
-    let mut runs = Vec::new();
+    let (mut runs, mut behaviors) = (Vec::new(), Vec::new());
     for (name, values) in &named {
         let p = policy(name, values)?;
         let (samples, summary) = sim::run(&p, &model, &trace);
+        behaviors.push((p.behavior, p.partitions));
         runs.push((summary, samples));
     }
     if let Some(path) = &args.json {
@@ -185,7 +188,12 @@ fn policies(args: &SimulateArgs) -> Result<String, SimulateError> {
             "trace": trace.name,
             "model": model,
             "columns": ["t_s", "produce_rate", "consume_rate", "lag", "time_lag_s", "desired", "ready", "paused"],
-            "runs": runs.iter().map(|(s, samples)| serde_json::json!({"summary": s, "samples": samples.iter().map(row).collect::<Vec<_>>()})).collect::<Vec<_>>(),
+            "runs": runs.iter().zip(&behaviors).map(|((s, samples), (behavior, partitions))| serde_json::json!({
+                "summary": s,
+                "behavior": behavior,
+                "partitions": partitions,
+                "samples": samples.iter().map(row).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
         });
         std::fs::write(path, out.to_string()).map_err(|source| SimulateError::Write { path: path.clone(), source })?;
     }

@@ -466,3 +466,18 @@ pub async fn finish(s: &Scenario, fed: &FeedReport, processors: Vec<Processor>) 
 pub async fn wait_drained(s: &Scenario, records: u64, timeout: Duration) {
     s.wait_committed(records, 1.0, timeout).await;
 }
+
+/// The sluice-lag binary of this build (cargo builds every workspace binary before it runs
+/// the tests of `cargo test --workspace`).
+pub fn lag_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary");
+    let path = exe.parent().and_then(|deps| deps.parent()).expect("target dir").join("sluice-lag");
+    assert!(path.exists(), "{} is missing: build it first (cargo build -p sluice-lag)", path.display());
+    path
+}
+
+/// sluice-lag's picture of `group`, from its admin port.
+pub fn lag_picture(port: u16, group: &str) -> Option<sluice_lag::picture::GroupPicture> {
+    let (code, body) = sluice_service::process::http_get(port, &format!("/groups/{group}"))?;
+    (code == 200).then(|| serde_json::from_str(&body).expect("a group picture"))
+}

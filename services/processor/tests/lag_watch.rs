@@ -10,26 +10,11 @@ mod jepsen;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use jepsen::Scenario;
+use jepsen::{Scenario, lag_binary, lag_picture};
 use sluice_chainsim::feed::{FeedOptions, feed};
 use sluice_chainsim::{Chain, ChainConfig};
 use sluice_lag::model::status::Status;
-use sluice_lag::picture::GroupPicture;
 use sluice_service::process::{Spawned, http_get, wait_ready};
-
-/// The sluice-lag binary of this build (cargo builds every workspace binary
-/// before it runs the tests of `cargo test --workspace`).
-fn lag_binary() -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("test binary");
-    let path = exe.parent().and_then(|deps| deps.parent()).expect("target dir").join("sluice-lag");
-    assert!(path.exists(), "{} is missing: build it first (cargo build -p sluice-lag)", path.display());
-    path
-}
-
-fn picture(port: u16, group: &str) -> Option<GroupPicture> {
-    let (code, body) = http_get(port, &format!("/groups/{group}"))?;
-    (code == 200).then(|| serde_json::from_str(&body).expect("a group picture"))
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lag_keeps_being_reported_and_growing_when_every_processor_is_killed() {
@@ -55,15 +40,15 @@ async fn the_lag_keeps_being_reported_and_growing_when_every_processor_is_killed
 
     let processors = [s.spawn("a"), s.spawn("b")];
     let deadline = Instant::now() + Duration::from_secs(60);
-    while picture(port, &s.group)
+    while lag_picture(port, &s.group)
         .is_none_or(|g| g.members != Some(2) || g.lag.is_none() || g.status.status != Status::Ok)
     {
-        assert!(Instant::now() < deadline, "never consuming: {:#?}", picture(port, &s.group));
+        assert!(Instant::now() < deadline, "never consuming: {:#?}", lag_picture(port, &s.group));
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // Joining was rebalancing: how long consumption stopped is recorded, each time.
     let joined = loop {
-        let g = picture(port, &s.group).expect("picture");
+        let g = lag_picture(port, &s.group).expect("picture");
         if !g.recent_rebalances.is_empty() {
             break g;
         }
@@ -88,12 +73,12 @@ async fn the_lag_keeps_being_reported_and_growing_when_every_processor_is_killed
     let mut samples = Vec::new();
     for _ in 0..8 {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        samples.push(picture(port, &s.group).and_then(|g| g.lag));
+        samples.push(lag_picture(port, &s.group).and_then(|g| g.lag));
     }
     assert!(samples.iter().all(Option::is_some), "the lag never went missing: {samples:?}");
     let lags: Vec<i64> = samples.into_iter().flatten().collect();
     assert!(lags.windows(2).all(|w| w[1] >= w[0]) && lags[lags.len() - 1] > lags[0] + 1_000, "it grows: {lags:?}");
-    let stopped = picture(port, &s.group).expect("picture");
+    let stopped = lag_picture(port, &s.group).expect("picture");
     assert!(matches!(stopped.status.status, Status::Stall | Status::Stop), "{:?}", stopped.status);
     assert!(stopped.status.reason.starts_with(&s.input), "the partition is named: {:?}", stopped.status);
     feeding.abort();

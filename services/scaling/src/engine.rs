@@ -40,6 +40,7 @@ impl Engine {
                     min_cooldown_ms: (policy.min_cooldown_s * 1000.0) as i64,
                     hpa_tolerance: policy.hpa_tolerance(),
                     rate_window_ms: 60_000,
+                    lead_ms: (policy.lead_s * 1000.0) as i64,
                 };
                 // Sluice's scaler serves replicas: AverageValue 1 each.
                 (1000, Decider::Sluice(Box::new(Scaler::new(settings))))

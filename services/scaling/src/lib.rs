@@ -5,7 +5,8 @@
 //! - [`hpa`]: the HPA controller's sync, step by step (checked against the controller itself
 //!   by `services/scaling/conformance/hpa`).
 //! - [`keda`]: KEDA's `kafka` trigger arithmetic and its operator's activation and fallback.
-//! - [`partitions`]: the replica counts that relieve a pod.
+//! - [`partitions`]: the replica counts that relieve a pod; [`landing`]: where the HPA's rate
+//!   limits can land, and the policies the chart derives so they land only on those.
 //! - [`rules`]: Sluice's scaler (offsetLag, timeLag, drainTime and the rules every trigger
 //!   shares), served to KEDA by sluice-lag.
 //! - [`values`] (a policy from the chart's values), [`trace`] (what is replayed), [`sim`] (the
@@ -20,6 +21,7 @@ pub mod case;
 pub mod engine;
 pub mod hpa;
 pub mod keda;
+pub mod landing;
 pub mod partitions;
 pub mod rules;
 pub mod sim;

@@ -13,10 +13,14 @@
 //! 2. while the group rebalances, and for a cooldown after each step as long as the
 //!    rebalance pause last measured (at least `min_cooldown`), the last decision holds;
 //! 3. lag that more pods cannot fix — partitions in STALL (a consumer that owns them and
-//!    does not move) — is left out of the metric and reported;
-//! 4. only counts that lower the most partitions any pod holds ([`crate::partitions`]),
+//!    does not move) — is left out of the metric and reported; when every member stands
+//!    still (`blocked`: a dependency they share is down), the count holds;
+//! 4. `timeLag` and `drainTime`: no partition can use more than one pod (one member
+//!    consumes it), so when one holds more than a pod can drain in time (a hot key), what
+//!    the other partitions need plus one pod for it;
+//! 5. only counts that lower the most partitions any pod holds ([`crate::partitions`]),
 //!    within `[min, max]` and at most the partition count;
-//! 5. a step up small enough to sit inside the HPA's tolerance (10 % by default; 11 → 12)
+//! 6. a step up small enough to sit inside the HPA's tolerance (10 % by default; 11 → 12)
 //!    is served as the next useful count, or past `max`, so the HPA takes it on every
 //!    Kubernetes version.
 
@@ -57,6 +61,11 @@ pub struct Settings {
     /// The consume rate is an average over this window: a sample is taken only when the
     /// membership has been stable at least this long.
     pub rate_window_ms: i64,
+    /// Scaling ahead (`timeLag`, `drainTime`): size for the produce rate this far ahead along
+    /// its rise, ms (the pods' start-up; the measured rebalance pause is added), at most one
+    /// step above what the rates ask now. 0: off.
+    #[serde(default)]
+    pub lead_ms: i64,
 }
 
 /// One partition, as sluice-lag reads it.
@@ -83,6 +92,10 @@ pub struct GroupInput {
     /// How long the membership has been unchanged, ms (`None`: unknown).
     #[serde(default)]
     pub stable_for_ms: Option<i64>,
+    /// Why no count can help now (every member stands still with lag: a dependency they
+    /// share is down), from sluice-lag's verdicts; `None`: more pods may help.
+    #[serde(default)]
+    pub blocked: Option<String>,
     pub partitions: Vec<PartitionInput>,
 }
 
@@ -98,6 +111,14 @@ pub enum Rule {
     Rebalancing,
     /// Held: the cooldown after a step.
     Cooldown,
+    /// Held: no count can help (every member stands still with lag).
+    Blocked,
+    /// `timeLag`/`drainTime` capped: one partition holds more than one pod can drain in time,
+    /// and no count drains a partition faster than one pod.
+    HotPartition,
+    /// `timeLag`/`drainTime` one step ahead: the produce rate's rise, carried over the pods'
+    /// start-up and a rebalance, needs more than the rates ask now.
+    ScaleAhead,
     /// No decision: an input could not be read.
     Unknown,
 }
@@ -120,6 +141,13 @@ pub struct Decision {
     /// Partitions in STALL and the lag they hold: left out, reported.
     pub stalled_partitions: u32,
     pub stalled_lag: i64,
+    /// The share of the lag on the partition with the most (STALL left out).
+    #[serde(default)]
+    pub hot_share: Option<f64>,
+    /// Seconds one pod would take to drain that partition on its own: the shortest drain any
+    /// count can reach (`None`: it never drains, or there is no lag).
+    #[serde(default)]
+    pub best_drain_s: Option<f64>,
     pub members: Option<u32>,
     pub reason: String,
 }
@@ -139,6 +167,8 @@ impl Decision {
             per_pod_rate: 0.0,
             stalled_partitions: 0,
             stalled_lag: 0,
+            hot_share: None,
+            best_drain_s: None,
             members: None,
             reason,
         }
@@ -153,11 +183,16 @@ pub const BEHIND_S: f64 = 5.0;
 pub struct Scaler {
     pub settings: Settings,
     learned_rate: Option<f64>,
+    /// The produce rate at recent polls, for its trend: (at ms, records/s).
+    produced: std::collections::VecDeque<(i64, f64)>,
     last: Option<u32>,
     /// The last step: when it was decided and to how many.
     step: Option<(i64, u32)>,
     /// The step's cooldown ends here (set when the group is stable at the new size).
     cooldown_until: Option<i64>,
+    /// The hold for a blocked group lasts until here: the newest blocked poll and a cooldown
+    /// (consumers finishing in-flight work commit for a few seconds after an outage begins).
+    blocked_until: Option<i64>,
 }
 
 struct Sums {
@@ -167,11 +202,23 @@ struct Sums {
     produce_rate: Option<f64>,
     stalled: u32,
     stalled_lag: i64,
+    /// The partition with the most lag (STALL left out): its lag and produce rate.
+    hot: Option<(i64, f64)>,
+    /// Every partition's lag and produce rate (STALL left out).
+    each: Vec<(i64, f64)>,
 }
 
 impl Scaler {
     pub fn new(settings: Settings) -> Self {
-        Self { settings, learned_rate: None, last: None, step: None, cooldown_until: None }
+        Self {
+            settings,
+            learned_rate: None,
+            produced: std::collections::VecDeque::new(),
+            last: None,
+            step: None,
+            cooldown_until: None,
+            blocked_until: None,
+        }
     }
 
     /// The per-pod rate in use: learned, within its bounds, or the setting.
@@ -193,32 +240,74 @@ impl Scaler {
         };
         (d.lag, d.time_lag_ms, d.produce_rate) = (Some(sums.lag), sums.time_lag_ms, sums.produce_rate);
         (d.stalled_partitions, d.stalled_lag) = (sums.stalled, sums.stalled_lag);
+        if let Some((lag, produce)) = sums.hot {
+            d.hot_share = Some(lag as f64 / sums.lag.max(1) as f64);
+            let net = self.per_pod_rate() - produce;
+            d.best_drain_s = (net > 0.0).then(|| lag as f64 / net);
+        }
         if let Some(missing) = self.missing(&sums) {
             d.reason = format!("{missing} is unknown");
             return d;
         }
         self.learn(input, &sums);
+        self.observe_produce(input.at_ms, sums.produce_rate);
         d.per_pod_rate = self.per_pod_rate();
+        if let Some(why) = &input.blocked {
+            self.blocked_until = Some(input.at_ms + self.settings.min_cooldown_ms);
+            return self.blocked(input, why, d);
+        }
+        if let Some(until) = self.blocked_until.filter(|&until| input.at_ms < until) {
+            return self.blocked(input, &format!("blocked until moments ago (held until {until} ms)"), d);
+        }
         if let Some(held) = self.hold(input, &mut d) {
             d.replicas = Some(held);
             d.metric = Some(self.served(held, input));
             return d;
         }
-        let (raw, rule) = self.formula(&sums);
-        let replicas = self.bounded(raw, input.partitions.len() as u32);
+        let partitions = input.partitions.len() as u32;
+        let (mut raw, mut rule) = self.sized(&sums, partitions);
+        let mut replicas = self.bounded(raw, partitions);
+        let ahead = self.ahead(&sums, input, replicas);
+        if let Some((step, ahead_raw, _)) = &ahead {
+            (replicas, raw, rule) = (*step, *ahead_raw, Rule::ScaleAhead);
+        }
         d.raw = Some(raw);
         d.rule = rule;
         d.replicas = Some(replicas);
         d.metric = Some(self.served(replicas, input));
-        d.reason = format!(
-            "{rule:?} asks {raw:.2}, served as {replicas} (useful counts for {} partitions)",
-            input.partitions.len()
-        );
+        d.reason = format!("{rule:?} asks {raw:.2}, served as {replicas} (useful counts for {partitions} partitions)");
+        if rule == Rule::HotPartition {
+            let best =
+                d.best_drain_s.map_or("never drains it".to_string(), |b| format!("drains it in {b:.0} s at best"));
+            d.reason += &format!(
+                "; one partition holds {:.0}% of the lag and one processor {best}, whatever the count: at most one each for the partitions that need more",
+                d.hot_share.unwrap_or(0.0) * 100.0
+            );
+        }
+        if let Some((_, _, why)) = ahead {
+            d.reason += &format!("; {why}");
+        }
         if self.last != Some(replicas) {
             self.step = Some((input.at_ms, replicas));
             self.cooldown_until = None;
         }
         self.last = Some(replicas);
+        d
+    }
+
+    /// Holds while no count can help: never a step up into an outage (the new pods would stop
+    /// too) nor down (the backlog waits for the same pods), and for a cooldown after the last
+    /// blocked poll. At the last decision, or, with none yet (sluice-lag started during the
+    /// outage), at the members the group has.
+    fn blocked(&self, input: &GroupInput, why: &str, mut d: Decision) -> Decision {
+        d.rule = Rule::Blocked;
+        let held = self.last.or(input.members.filter(|&m| m > 0));
+        d.replicas = held;
+        d.metric = held.map(f64::from);
+        d.reason = match held {
+            Some(n) => format!("no count can help: {why}; holding at {n}"),
+            None => format!("no count can help: {why}; no decision to hold"),
+        };
         d
     }
 
@@ -232,10 +321,18 @@ impl Scaler {
         }
     }
 
-    /// The trigger's formula: fractional replicas, before rounding.
-    fn formula(&self, s: &Sums) -> (f64, Rule) {
+    /// The trigger's formula and the per-partition bound: fractional replicas, before rounding.
+    fn sized(&self, s: &Sums, partitions: u32) -> (f64, Rule) {
+        let (raw, rule) = self.formula(s, s.produce_rate.unwrap_or(0.0));
+        match self.per_partition_bound(s) {
+            Some(cap) if self.bounded(cap, partitions) < self.bounded(raw, partitions) => (cap, Rule::HotPartition),
+            _ => (raw, rule),
+        }
+    }
+
+    /// The trigger's formula at a produce rate: fractional replicas, before rounding.
+    fn formula(&self, s: &Sums, produce: f64) -> (f64, Rule) {
         let rate = self.per_pod_rate().max(f64::MIN_POSITIVE);
-        let produce = s.produce_rate.unwrap_or(0.0);
         match self.settings.trigger {
             Trigger::OffsetLag { lag_threshold } => (s.lag as f64 / lag_threshold.max(1) as f64, Rule::OffsetLag),
             Trigger::DrainTime { target_seconds } => {
@@ -252,6 +349,71 @@ impl Scaler {
                 }
             }
         }
+    }
+
+    /// `timeLag` and `drainTime`: what the partitions need when none can use more than one
+    /// pod (a partition is consumed by one member): each partition's need, at most one pod,
+    /// summed. Below the formula's ask when a hot partition holds more than a pod can drain
+    /// in time: then the other partitions' need plus one. `None` for `offsetLag` (KEDA's
+    /// arithmetic, kept as is).
+    fn per_partition_bound(&self, s: &Sums) -> Option<f64> {
+        let horizon = match self.settings.trigger {
+            Trigger::TimeLag { target_seconds } => target_seconds / 2.0,
+            Trigger::DrainTime { target_seconds } => target_seconds,
+            Trigger::OffsetLag { .. } => return None,
+        };
+        let rate = self.per_pod_rate().max(f64::MIN_POSITIVE);
+        let need = |&(lag, produce): &(i64, f64)| ((produce + lag as f64 / horizon.max(1e-3)) / rate).min(1.0);
+        Some(s.each.iter().map(need).sum())
+    }
+
+    /// Keeps the produce rate of the polls within the rate window.
+    fn observe_produce(&mut self, at_ms: i64, produce: Option<f64>) {
+        let Some(rate) = produce else { return };
+        self.produced.push_back((at_ms, rate));
+        while self.produced.front().is_some_and(|(at, _)| *at < at_ms - self.settings.rate_window_ms) {
+            self.produced.pop_front();
+        }
+    }
+
+    /// How fast the produce rate rises, records/s per second: the newer half of the window's
+    /// polls against the older half, over the time between their middles; 0 when it falls.
+    pub fn produce_trend(&self) -> f64 {
+        let polls: Vec<(i64, f64)> = self.produced.iter().copied().collect();
+        if polls.len() < 4 {
+            return 0.0;
+        }
+        let mean = |half: &[(i64, f64)]| {
+            let n = half.len() as f64;
+            (half.iter().map(|(t, _)| *t as f64).sum::<f64>() / n, half.iter().map(|(_, r)| r).sum::<f64>() / n)
+        };
+        let ((t0, r0), (t1, r1)) = (mean(&polls[..polls.len() / 2]), mean(&polls[polls.len() / 2..]));
+        if t1 <= t0 { 0.0 } else { ((r1 - r0) / ((t1 - t0) / 1000.0)).max(0.0) }
+    }
+
+    /// Scaling ahead: the count the produce rate's rise will need once a new pod consumes (the
+    /// lead and the last rebalance pause from now), at most one useful step above `replicas`;
+    /// `None` when off, for `offsetLag`, or when it needs no more. With the served count, the
+    /// formula's ask at the foreseen rate, and why.
+    fn ahead(&self, s: &Sums, input: &GroupInput, replicas: u32) -> Option<(u32, f64, String)> {
+        if self.settings.lead_ms <= 0 || matches!(self.settings.trigger, Trigger::OffsetLag { .. }) {
+            return None;
+        }
+        let lead_s = (self.settings.lead_ms + input.last_rebalance_pause_ms.unwrap_or(0)) as f64 / 1000.0;
+        let (trend, now) = (self.produce_trend(), s.produce_rate.unwrap_or(0.0));
+        let foreseen = now + trend * lead_s;
+        let partitions = input.partitions.len() as u32;
+        let (raw, _) = self.formula(s, foreseen);
+        let wanted = self.bounded(raw, partitions);
+        let step =
+            partitions::next_above(partitions, replicas).map_or(replicas, |n| self.bounded(f64::from(n), partitions));
+        let served = wanted.min(step);
+        (served > replicas).then(|| {
+            let why = format!(
+                "the produce rate rises {trend:.0}/s per s: {now:.0} → {foreseen:.0} records/s in {lead_s:.0} s (start-up and rebalance) needs {wanted}, so one step ahead"
+            );
+            (served, raw, why)
+        })
     }
 
     /// Rounded up, snapped to a useful count, within the bounds and the partitions.
@@ -356,7 +518,15 @@ fn sums(input: &GroupInput) -> Result<Sums, Unsummable> {
     if input.partitions.is_empty() {
         return Err(Unsummable::NoPartition);
     }
-    let mut s = Sums { lag: 0, time_lag_ms: Some(0), produce_rate: Some(0.0), stalled: 0, stalled_lag: 0 };
+    let mut s = Sums {
+        lag: 0,
+        time_lag_ms: Some(0),
+        produce_rate: Some(0.0),
+        stalled: 0,
+        stalled_lag: 0,
+        hot: None,
+        each: Vec::new(),
+    };
     for (i, p) in input.partitions.iter().enumerate() {
         let lag = p.lag.ok_or(Unsummable::LagUnknown(i))?;
         if p.stalled {
@@ -365,6 +535,10 @@ fn sums(input: &GroupInput) -> Result<Sums, Unsummable> {
             continue;
         }
         s.lag += lag;
+        s.each.push((lag, p.produce_rate.unwrap_or(0.0)));
+        if lag > 0 && s.hot.is_none_or(|(most, _)| lag > most) {
+            s.hot = Some((lag, p.produce_rate.unwrap_or(0.0)));
+        }
         s.time_lag_ms = s.time_lag_ms.zip(p.time_lag_ms).map(|(a, b)| a.max(b));
         s.produce_rate = s.produce_rate.zip(p.produce_rate).map(|(a, b)| a + b);
     }

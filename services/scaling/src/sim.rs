@@ -301,6 +301,7 @@ impl<'a> Run<'a> {
             rebalancing: paused,
             last_rebalance_pause_ms: (self.rebalances > 0).then_some((self.model.rebalance_pause_s * 1000.0) as i64),
             stable_for_ms: Some(((at - self.last_rebalance.unwrap_or(0.0)) * 1000.0) as i64),
+            blocked: None,
             partitions: self
                 .parts
                 .iter()

@@ -4,13 +4,17 @@
 //! `timeLag`, `drainTime`) and its settings (`lagThreshold`, `timeLag.targetSeconds`,
 //! `drainTime.targetSeconds`, `perPodRate`, `minCooldownSeconds`), `minReplicas`,
 //! `maxReplicas`, `activationLagThreshold`, `offsetResetPolicy`, `limitToPartitionsWithLag`,
-//! `pollingInterval`, `cooldownPeriod`, `fallback`, `behavior`; and `kafka.partitions`.
+//! `scaleAhead` (with `podStartupSeconds`: how far ahead),
+//! `pollingInterval`, `cooldownPeriod`, `fallback`, `behavior` (a direction without
+//! `policies` gets the ones the chart derives, [`crate::landing`]),
+//! `ensureEvenDistributionOfPartitions`; and `kafka.partitions`.
 
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::behavior::BehaviorSpec;
 use crate::keda::{Fallback, KafkaTrigger, ResetPolicy};
+use crate::landing;
 use crate::rules::Trigger;
 
 /// Which scaler decides.
@@ -40,6 +44,9 @@ pub struct Policy {
     /// Sluice's scaler: records/s per pod until learned.
     pub per_pod_rate: f64,
     pub min_cooldown_s: f64,
+    /// Sluice's scaler: how far ahead it sizes along the produce rate's rise, seconds
+    /// (`scaleAhead`: `podStartupSeconds`; 0: off).
+    pub lead_s: f64,
 }
 
 impl Policy {
@@ -120,6 +127,8 @@ struct Autoscaling {
     offset_reset_policy: ResetPolicy,
     #[serde(default)]
     limit_to_partitions_with_lag: bool,
+    #[serde(default)]
+    ensure_even_distribution_of_partitions: bool,
     #[serde(default = "fifteen")]
     polling_interval: i64,
     #[serde(default = "three_hundred")]
@@ -134,6 +143,10 @@ struct Autoscaling {
     per_pod_rate: f64,
     #[serde(default = "fifteen_f")]
     min_cooldown_seconds: f64,
+    #[serde(default)]
+    scale_ahead: bool,
+    #[serde(default)]
+    pod_startup_seconds: f64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -182,6 +195,7 @@ pub fn policy(name: &str, values: &Value) -> Result<Policy, ValuesError> {
             activation_lag_threshold: a.activation_lag_threshold,
             offset_reset_policy: a.offset_reset_policy,
             limit_to_partitions_with_lag: a.limit_to_partitions_with_lag,
+            ensure_even_distribution_of_partitions: a.ensure_even_distribution_of_partitions,
             ..KafkaTrigger::default()
         }),
         "offsetLag" => PolicyTrigger::Sluice(Trigger::OffsetLag { lag_threshold: a.lag_threshold }),
@@ -210,9 +224,10 @@ pub fn policy(name: &str, values: &Value) -> Result<Policy, ValuesError> {
         activation_lag_threshold: a.activation_lag_threshold,
         offset_reset_earliest: a.offset_reset_policy == ResetPolicy::Earliest,
         fallback: a.fallback,
-        behavior: a.behavior,
+        behavior: a.behavior.map(|b| landing::with_derived_policies(&b, partitions as u32, a.max_replicas)),
         per_pod_rate: a.per_pod_rate,
         min_cooldown_s: a.min_cooldown_seconds,
+        lead_s: if a.scale_ahead { a.pod_startup_seconds.max(0.0) } else { 0.0 },
     })
 }
 

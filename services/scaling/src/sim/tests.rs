@@ -31,6 +31,7 @@ fn policy(trigger: PolicyTrigger, behavior: Option<BehaviorSpec>) -> Policy {
         behavior,
         per_pod_rate: 1_000.0,
         min_cooldown_s: 15.0,
+        lead_s: 0.0,
     }
 }
 
