@@ -6,17 +6,15 @@
 //! order.
 
 use std::collections::{HashMap, HashSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use prost::Message;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message as _};
-use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use serde::Serialize;
 use sluice_chainsim::{Chain, ChainConfig, TxKind};
 use sluice_core::route::record_keys;
 use sluice_core::seq::Seq;
 use sluice_kafka::KafkaConfig;
+use sluice_kafka::whole::read_whole;
 use sluice_proto::chain::v1::ChainTransaction;
 use sluice_proto::dex::v1::Swap;
 
@@ -69,7 +67,6 @@ pub struct Where<'a> {
     pub input: &'a str,
     pub swaps: &'a str,
     pub dlq: &'a str,
-    pub partitions: i32,
     pub redis_url: &'a str,
     pub prefix: &'a str,
 }
@@ -81,11 +78,11 @@ pub async fn check(chain: &ChainConfig, cursor: u64, at: &Where<'_>) -> anyhow::
     out.expected_swaps = expected.values().map(Vec::len).sum();
     out.expected_dead_letters = malformed.len();
 
-    let read = |topic: &str, partitions: i32| {
+    let read = |topic: &str| {
         let (kafka, topic) = (at.kafka.clone(), topic.to_string());
-        tokio::task::spawn_blocking(move || read_committed(&kafka, &topic, partitions, Duration::from_secs(120)))
+        tokio::task::spawn_blocking(move || read_whole(&kafka, &topic, Duration::from_secs(120)))
     };
-    let (inputs, swaps, dead) = (read(at.input, at.partitions), read(at.swaps, at.partitions), read(at.dlq, 3));
+    let (inputs, swaps, dead) = (read(at.input), read(at.swaps), read(at.dlq));
     let inputs = inputs.await??;
     let mut copies: HashMap<(Vec<u8>, String), usize> = HashMap::new();
     for r in &inputs {
@@ -111,7 +108,7 @@ pub async fn check(chain: &ChainConfig, cursor: u64, at: &Where<'_>) -> anyhow::
 
     let mut letters: HashMap<(Vec<u8>, String), usize> = HashMap::new();
     for r in dead.await?? {
-        let has = |h: &str| r.headers.get(h).is_some_and(|v| !v.is_empty());
+        let has = |h: &str| r.header(h).is_some_and(|v| !v.is_empty());
         if !(has("sluice.error.kind") && has("sluice.error.message") && has("sluice.original.offset")) {
             out.dead_letters_without_reason += 1;
         }
@@ -197,52 +194,4 @@ async fn audit(
 
 fn signature(payload: &[u8]) -> String {
     ChainTransaction::decode(payload).map(|t| t.signature).unwrap_or_default()
-}
-
-struct Read {
-    key: Vec<u8>,
-    payload: Vec<u8>,
-    headers: HashMap<String, Vec<u8>>,
-}
-
-/// All of `topic` as a `read_committed` reader sees it, to the end of every partition.
-fn read_committed(kafka: &KafkaConfig, topic: &str, partitions: i32, limit: Duration) -> anyhow::Result<Vec<Read>> {
-    let group = format!("{topic}.soak-check");
-    let consumer: BaseConsumer = kafka
-        .client()
-        .set("group.id", &group)
-        .set("isolation.level", "read_committed")
-        .set("enable.partition.eof", "true")
-        .set("enable.auto.commit", "false")
-        .create()?;
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition_offset(topic, p, Offset::Beginning)?;
-    }
-    consumer.assign(&tpl)?;
-    let deadline = Instant::now() + limit;
-    let (mut ended, mut out) = (HashSet::new(), Vec::new());
-    while ended.len() < partitions as usize {
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "{topic}: {} of {partitions} partitions read to the end in {limit:?}",
-            ended.len()
-        );
-        match consumer.poll(Duration::from_millis(500)) {
-            Some(Ok(m)) => out.push(Read {
-                key: m.key().unwrap_or_default().to_vec(),
-                payload: m.payload().unwrap_or_default().to_vec(),
-                headers: m
-                    .headers()
-                    .map(|h| h.iter().map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec())).collect())
-                    .unwrap_or_default(),
-            }),
-            Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
-                ended.insert(p);
-            }
-            Some(Err(e)) => anyhow::bail!("reading {topic}: {e}"),
-            None => {}
-        }
-    }
-    Ok(out)
 }

@@ -595,7 +595,6 @@ fn outputs_at<'a>(args: &'a Args, names: &'a Names) -> outputs::Where<'a> {
         input: &names.topic,
         swaps: &names.swaps,
         dlq: &names.dlq,
-        partitions: args.partitions as i32,
         redis_url: &args.redis_url,
         prefix: &names.prefix,
     }

@@ -11,6 +11,7 @@
 //!   sending.
 //! - [`tail`]: the newest record of each partition, read once (what a
 //!   producer taking over finds already written).
+//! - [`whole`]: a topic read whole, as a `read_committed` reader sees it.
 
 #![forbid(unsafe_code)]
 
@@ -19,6 +20,7 @@ pub mod partition;
 pub mod producer;
 pub mod tail;
 pub mod topics;
+pub mod whole;
 
 pub use client::KafkaConfig;
 pub use producer::{PipelinedProducer, ProduceError};

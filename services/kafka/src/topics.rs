@@ -25,11 +25,19 @@ pub struct TopicSpec {
     pub name: String,
     pub partitions: i32,
     pub replication: i32,
+    /// Topic configs set at creation (`cleanup.policy`, `retention.ms`, …).
+    pub configs: Vec<(String, String)>,
 }
 
 impl TopicSpec {
     pub fn new(name: impl Into<String>, partitions: i32) -> Self {
-        Self { name: name.into(), partitions, replication: 1 }
+        Self { name: name.into(), partitions, replication: 1, configs: Vec::new() }
+    }
+
+    /// With topic config `key` set to `value` at creation.
+    pub fn with_config(mut self, key: &str, value: &str) -> Self {
+        self.configs.push((key.to_string(), value.to_string()));
+        self
     }
 
     /// The project's topics with a `prefix` (empty in production; tests use
@@ -62,8 +70,13 @@ pub enum TopicError {
 /// all are visible in metadata with the partition count asked for.
 pub async fn ensure_topics(config: &KafkaConfig, specs: &[TopicSpec], timeout: Duration) -> Result<(), TopicError> {
     let admin: AdminClient<DefaultClientContext> = config.client().create().map_err(TopicError::Client)?;
-    let new: Vec<NewTopic<'_>> =
-        specs.iter().map(|s| NewTopic::new(&s.name, s.partitions, TopicReplication::Fixed(s.replication))).collect();
+    let new: Vec<NewTopic<'_>> = specs
+        .iter()
+        .map(|s| {
+            let topic = NewTopic::new(&s.name, s.partitions, TopicReplication::Fixed(s.replication));
+            s.configs.iter().fold(topic, |t, (k, v)| t.set(k, v))
+        })
+        .collect();
     // Both timeouts: the broker's for the operation, the client's for the request (its
     // default is a minute, e.g. while a broker refuses the client's credentials).
     let options = AdminOptions::new().operation_timeout(Some(timeout)).request_timeout(Some(timeout));

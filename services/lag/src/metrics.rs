@@ -13,8 +13,10 @@
 //! Values are never made up: an uncommitted partition has no lag series (it
 //! has `sluice_lag_uncommitted`), an unknown time lag or a partition that
 //! never drains has no series, and a series whose partition or group is gone
-//! is removed at the next poll. Statuses and states are one series at 1 per
-//! partition or group, labelled with the current one.
+//! is removed at the next poll. Statuses, states and causes are one series at 1 per
+//! partition or group, labelled with the current one, and carry no timestamp: Prometheus
+//! marks the one before stale at the first scrape without it (a stamped one would stay in
+//! queries for the 5-minute lookback, beside the new one).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -562,7 +564,7 @@ mod tests {
         );
         let t = m.text();
         for line in [
-            "sluice_lag_group_cause{cause=\"blocked\",consumergroup=\"g\"} 1 7000",
+            "sluice_lag_group_cause{cause=\"blocked\",consumergroup=\"g\"} 1\n",
             "sluice_lag_group_lag_by_cause_records{cause=\"blocked\",consumergroup=\"g\"} 20 7000",
             "sluice_lag_group_lag_by_cause_records{cause=\"stalled\",consumergroup=\"g\"} 0 7000",
             "sluice_lag_group_hot_partition_share{consumergroup=\"g\"} 0.5 7000",

@@ -98,10 +98,17 @@ async fn kafka_exporter_s_families_for_every_topic_match_the_broker_s_metadata()
     let scraped_ms = sluice_core::clock::now_ms();
 
     // Readings exact as of their time: every series read from Kafka in one scrape carries
-    // one sample timestamp, the time of the poll that read it; sluice-lag's own carry none.
+    // one sample timestamp, the time of the poll that read it; sluice-lag's own carry none,
+    // nor do the verdicts (so that Prometheus marks a cleared one stale at once).
+    let verdicts = ["sluice_lag_partition_status", "sluice_lag_group_status", "sluice_lag_group_cause"];
+    for v in verdicts {
+        let series = s.get(v).unwrap_or_else(|| panic!("{v} exported"));
+        assert!(series.iter().all(|l| !l.contains_key("__timestamp__")), "{v} carries no time: {series:?}");
+    }
     let stamps: BTreeSet<&str> = s
         .iter()
         .filter(|(f, _)| f.starts_with("kafka_") || f.starts_with("sluice_lag_partition"))
+        .filter(|(f, _)| !verdicts.contains(&f.as_str()))
         .flat_map(|(_, series)| series.iter())
         .map(|l| l.get("__timestamp__").map_or("none", String::as_str))
         .collect();

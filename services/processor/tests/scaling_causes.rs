@@ -7,7 +7,10 @@
 //! sluice-lag reads the group as `blocked` from its partitions' verdicts: the scaler holds the
 //! count (never a step up into the outage, nor down), `sluice_lag_group_cause{cause="blocked"}`
 //! (what `SluiceScalingBlocked` reads) is 1, and the lag grows. Redis back, the lag drains, the
-//! cause clears and the scaler decides by its rule again.
+//! cause clears and the scaler decides by its rule again. A real Prometheus scrapes sluice-lag
+//! meanwhile and evaluates the rules the chart ships: `SluiceScalingBlocked` fires during the
+//! outage and resolves after it (its `for` shortened from 2m to 10s, its expression the
+//! shipped one).
 //!
 //! Hot keys: every swap of the chain is on one of 3 pools (the fewest the chain has, one per
 //! venue), so at most 3 of the 12 partitions hold the backlog. No count drains a partition
@@ -18,6 +21,7 @@
 mod jepsen;
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -29,6 +33,9 @@ use sluice_lag::picture::GroupPicture;
 use sluice_lag::scaler::grpc::pb::external_scaler_client::ExternalScalerClient;
 use sluice_lag::scaler::grpc::pb::{GetMetricsRequest, ScaledObjectRef};
 use sluice_service::process::{Spawned, http_get, wait_ready};
+
+/// The alert that says more processors cannot help.
+const BLOCKED: &str = "SluiceScalingBlocked";
 
 /// Waits until the group's picture satisfies `done`, failing with `what` after `limit`.
 async fn until(
@@ -118,6 +125,95 @@ impl Keda {
     }
 }
 
+/// A real Prometheus (Debian's, through `deploy/local/tools.sh`) scraping one target every
+/// second and evaluating `deploy/prometheus/sluice-rules.yaml` (the chart's rules, rendered),
+/// with one alert's `for` shortened so a test need not wait it out.
+struct OwnPrometheus {
+    _process: Spawned,
+    port: u16,
+}
+
+impl OwnPrometheus {
+    async fn start(dir: &Path, target: u16, alert: &str, hold: &str) -> Self {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let out = Command::new(root.join("deploy/local/tools.sh")).arg("prometheus").output().expect("tools.sh");
+        assert!(out.status.success(), "tools.sh prometheus: {}", String::from_utf8_lossy(&out.stderr));
+        let binary = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        let rules = std::fs::read_to_string(root.join("deploy/prometheus/sluice-rules.yaml")).expect("the rules");
+        std::fs::create_dir_all(dir).expect("prometheus dir");
+        std::fs::write(dir.join("rules.yaml"), held_for(&rules, alert, hold)).expect("rules");
+        let config = format!(
+            "global: {{scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}}\n\
+             rule_files: [\"{}\"]\n\
+             scrape_configs: [{{job_name: sluice-lag, static_configs: [{{targets: [\"127.0.0.1:{target}\"]}}]}}]\n",
+            dir.join("rules.yaml").display()
+        );
+        std::fs::write(dir.join("prometheus.yml"), config).expect("config");
+        let port = sluice_testkit::free_port();
+        let mut cmd = Command::new(binary);
+        cmd.arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg("--log.level=warn");
+        let process = Spawned::spawn(&mut cmd, dir.join("prometheus.log")).expect("prometheus");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while http_get(port, "/-/ready").is_none_or(|(code, _)| code != 200) {
+            assert!(Instant::now() < deadline, "prometheus ready: {}", process.log_tail(20));
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Self { _process: process, port }
+    }
+
+    /// The state (`pending`, `firing`) of `alert` for consumer group `group`, if active.
+    fn state(&self, alert: &str, group: &str) -> Option<String> {
+        let (_, body) = http_get(self.port, "/api/v1/alerts")?;
+        let all: serde_json::Value = serde_json::from_str(&body).ok()?;
+        all["data"]["alerts"]
+            .as_array()?
+            .iter()
+            .find(|a| a["labels"]["alertname"] == alert && a["labels"]["consumergroup"] == group)
+            .and_then(|a| a["state"].as_str().map(str::to_string))
+    }
+
+    /// Waits until `alert`'s state for `group` is `want` (`None`: not active), failing after `limit`.
+    async fn until(&self, alert: &str, group: &str, want: Option<&str>, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        loop {
+            let state = self.state(alert, group);
+            if state.as_deref() == want {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{alert} for {group}: {state:?}, not {want:?} within {limit:?}; targets: {:?}; rules: {:?}",
+                http_get(self.port, "/api/v1/targets").map(|(_, b)| b),
+                http_get(self.port, "/api/v1/rules?type=alert").map(|(_, b)| b),
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
+/// `rules` with `alert`'s `for` set to `hold`; fails if the alert or its `for` is not there.
+fn held_for(rules: &str, alert: &str, hold: &str) -> String {
+    let mut out = Vec::new();
+    let (mut inside, mut changed) = (false, false);
+    for line in rules.lines() {
+        if line.trim_start().starts_with("- alert:") {
+            inside = line.trim_end().ends_with(&format!(" {alert}"));
+        }
+        if inside && !changed && line.trim_start().starts_with("for:") {
+            let indent = &line[..line.len() - line.trim_start().len()];
+            out.push(format!("{indent}for: {hold}"));
+            changed = true;
+            continue;
+        }
+        out.push(line.to_string());
+    }
+    assert!(changed, "no `for:` of alert {alert} in the rules");
+    out.join("\n") + "\n"
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_stopped_under_load_holds_the_count_and_the_lag_drains_after() {
     let tmp = std::env::temp_dir().join(sluice_testkit::unique("blocked-redis"));
@@ -130,6 +226,7 @@ async fn redis_stopped_under_load_holds_the_count_and_the_lag_drains_after() {
     let feeding = tokio::spawn(async move { feed(live, &kafka, &options).await });
 
     let (_lag, port, scaler) = start_lag(&s).await;
+    let prometheus = OwnPrometheus::start(&tmp.join("prometheus"), port, BLOCKED, "10s").await;
     let processors = [s.spawn("a"), s.spawn("b")];
     until(port, &s.group, Duration::from_secs(90), "two members consuming", |g| {
         g.members == Some(2) && g.lag.is_some() && matches!(g.cause.cause, Cause::Idle | Cause::Scalable)
@@ -173,6 +270,7 @@ async fn redis_stopped_under_load_holds_the_count_and_the_lag_drains_after() {
         served.iter().all(|(value, _)| *value == before.0),
         "never a step up into the outage, nor down: before {before:?}, during {served:?}"
     );
+    prometheus.until(BLOCKED, &s.group, Some("firing"), Duration::from_secs(30)).await;
 
     redis.restart();
     let drained = until(port, &s.group, Duration::from_secs(120), "the lag drained after Redis returned", |g| {
@@ -189,6 +287,7 @@ async fn redis_stopped_under_load_holds_the_count_and_the_lag_drains_after() {
         assert!(Instant::now() < deadline, "the scaler decides by its rule again: {rule}");
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
+    prometheus.until(BLOCKED, &s.group, None, Duration::from_secs(30)).await;
     eprintln!(
         "before: {before:?}; blocked at lag {outage_began}, {} records behind 20 s later; drained: {:?} ({:?}); after: {after:?}",
         g.lag.unwrap_or(0),
@@ -198,6 +297,7 @@ async fn redis_stopped_under_load_holds_the_count_and_the_lag_drains_after() {
     for p in processors {
         p.terminate();
     }
+    drop(prometheus);
     feeding.abort();
     let _ = std::fs::remove_dir_all(tmp);
 }

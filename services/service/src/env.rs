@@ -225,6 +225,12 @@ impl EnvReader {
         properties
     }
 
+    /// The problems found so far (for a reader of another service's variables, which does
+    /// not [`finish`](Self::finish): the unknown ones are that service's).
+    pub fn problems(&self) -> &[String] {
+        &self.problems
+    }
+
     /// Records a cross-field problem (e.g. one deadline above another).
     pub fn problem(&mut self, message: impl Into<String>) {
         self.problems.push(message.into());

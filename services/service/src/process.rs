@@ -168,12 +168,33 @@ pub fn http_get_within(host: &str, port: u16, path: &str, limit: Duration) -> Op
     let addr = std::net::ToSocketAddrs::to_socket_addrs(&(host, port)).ok()?.next()?;
     let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).ok()?;
     stream.set_read_timeout(Some(limit)).ok()?;
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let code = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    Some((code, body))
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).ok()?;
+    let end = response.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&response[..end]).to_ascii_lowercase();
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    let body = &response[end + 4..];
+    let chunked = head.lines().any(|l| l.starts_with("transfer-encoding:") && l.contains("chunked"));
+    let body = if chunked { dechunk(body)? } else { body.to_vec() };
+    Some((code, String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// A `Transfer-Encoding: chunked` body, joined (`None` if it is cut short).
+fn dechunk(mut body: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(body.len());
+    loop {
+        let line = body.windows(2).position(|w| w == b"\r\n")?;
+        let size = std::str::from_utf8(&body[..line]).ok()?.split(';').next()?.trim();
+        let size = usize::from_str_radix(size, 16).ok()?;
+        body = &body[line + 2..];
+        if size == 0 {
+            return Some(out);
+        }
+        out.extend_from_slice(body.get(..size)?);
+        body = body.get(size + 2..)?;
+    }
 }
 
 /// The sum of a metric's samples (Prometheus text format) whose labels

@@ -22,6 +22,8 @@ pub struct Family {
     order: Vec<usize>,
     /// Labels may repeat within a poll (the first value is kept).
     repeats: bool,
+    /// Lines carry the poll's time (off for a verdict: see [`Family::verdict`]).
+    stamped: bool,
     round: Mutex<Round>,
 }
 
@@ -44,13 +46,23 @@ impl Family {
         let head = format!("# HELP {name} {help}\n# TYPE {name} gauge\n");
         let mut order: Vec<usize> = (0..labels.len()).collect();
         order.sort_by_key(|&i| labels[i]);
-        Self { name, head, labels, order, repeats: false, round: Mutex::default() }
+        Self { name, head, labels, order, repeats: false, stamped: true, round: Mutex::default() }
     }
 
     /// The same, for a family whose labels several groups set in one poll (a partition's
     /// produce rate, read once per group that reads it).
     pub fn repeating(mut self) -> Self {
         self.repeats = true;
+        self
+    }
+
+    /// The same, for a verdict: one series at 1 labelled with the current value (a status,
+    /// a state, a cause), written without the poll's time. Prometheus marks a series stale
+    /// at the first scrape that lacks it only when its samples carry no timestamp; stamped,
+    /// the previous value would stay in every query for the 5-minute lookback, beside the
+    /// new one, and an alert on it would go on firing after it cleared.
+    pub fn verdict(mut self) -> Self {
+        self.stamped = false;
         self
     }
 
@@ -94,7 +106,10 @@ impl Family {
         }
         text.push(' ');
         push_value(text, value);
-        let _ = writeln!(text, " {at_ms}");
+        if self.stamped {
+            let _ = write!(text, " {at_ms}");
+        }
+        text.push('\n');
     }
 
     /// The poll's lines (empty when it set none), leaving the family empty.
@@ -187,6 +202,14 @@ mod tests {
         f.begin(2);
         f.set(&["t", "0"], 6.0);
         assert!(f.finish().contains("{partition=\"0\",topic=\"t\"} 6 2"), "a new poll starts afresh");
+    }
+
+    #[test]
+    fn a_verdict_carries_no_time_so_prometheus_marks_the_previous_one_stale() {
+        let f = Family::new("sluice_lag", "group_cause", "Cause.", &["consumergroup", "cause"]).verdict();
+        f.begin(1_700_000_000_123);
+        f.set(&["g", "blocked"], 1.0);
+        assert!(f.finish().ends_with("sluice_lag_group_cause{cause=\"blocked\",consumergroup=\"g\"} 1\n"));
     }
 
     #[test]

@@ -83,20 +83,23 @@ impl Own {
                 "partition_status",
                 "1, labelled with the partition's status.",
                 &["consumergroup", "topic", "partition", "status"],
-            ),
+            )
+            .verdict(),
             group_status: Family::new(
                 r,
                 "group_status",
                 "1, labelled with the group's status (its worst partition's).",
                 &["consumergroup", "status"],
-            ),
+            )
+            .verdict(),
             causes: Causes::new(r),
             group_state: Family::new(
                 r,
                 "group_state",
                 "1, labelled with the group's state as the coordinator reports it.",
                 &["consumergroup", "state"],
-            ),
+            )
+            .verdict(),
             rebalances: Family::new(r, "rebalances", "Rebalances seen since sluice-lag started.", &["consumergroup"]),
             rebalance_pause: Family::new(
                 r,
@@ -147,7 +150,8 @@ impl Causes {
                 "group_cause",
                 "1, labelled with what more consumers can do about the group's lag: idle, scalable, stalled (some partitions stand still, left out of scaling) or blocked (every member stands still: the scaler holds).",
                 &["consumergroup", "cause"],
-            ),
+            )
+            .verdict(),
             lag: Family::new(
                 r,
                 "group_lag_by_cause_records",

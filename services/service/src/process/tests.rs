@@ -141,3 +141,35 @@ fn a_sample_line_with_or_without_its_timestamp() {
     let text = "lag{p=\"0\"} 2 1000\nlag{p=\"1\"} 3\n";
     assert_eq!(metric(text, "lag", ""), 5.0, "timestamps are no values");
 }
+
+/// Serves `response` once on a loopback port; the port.
+fn serve_once(response: &'static [u8]) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let port = listener.local_addr().expect("its address").port();
+    std::thread::spawn(move || {
+        if let Ok((mut s, _)) = listener.accept() {
+            // The whole request, so closing sends no reset.
+            let (mut request, mut buf) = (Vec::new(), [0u8; 1024]);
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                match Read::read(&mut s, &mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => request.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = Write::write_all(&mut s, response);
+        }
+    });
+    port
+}
+
+#[test]
+fn http_get_reads_plain_and_chunked_bodies() {
+    let plain = serve_once(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello");
+    assert_eq!(http_get(plain, "/"), Some((200, "hello".to_string())));
+    let chunked = serve_once(
+        b"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n{\"a\"\r\na;ext=1\r\n:\"\xc3\xa9\r\n\r\n\"}\r\n0\r\n\r\n",
+    );
+    assert_eq!(http_get(chunked, "/"), Some((404, "{\"a\":\"\u{e9}\r\n\r\n\"}".to_string())));
+    let cut = serve_once(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10\r\nshort");
+    assert_eq!(http_get(cut, "/"), None, "a body cut short is not a body");
+}

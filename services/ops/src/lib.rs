@@ -1,0 +1,13 @@
+//! `sluice-ops`: what an operator does after something went wrong.
+//!
+//! - [`letters`]: dead letters as the runtime writes them.
+//! - [`select`]: which letters an operator means, and what they add up to (`dlq inspect`).
+//! - [`redrive`]: letters sent back to the input topic, each once (`dlq redrive`).
+//! - [`time`]: the times an operator types and reads.
+
+#![forbid(unsafe_code)]
+
+pub mod letters;
+pub mod redrive;
+pub mod select;
+pub mod time;
