@@ -598,6 +598,28 @@ def plot_autoscaling(r, path):
     save(fig, path)
 
 
+def plot_autoscaling_startup(r, path):
+    """Peak time lag and cost of each policy against the processors' start-up (the sweep)."""
+    startups = [run["startup_s"] for run in r["runs"]]
+    policies = [x["policy"] for x in r["runs"][0]["summaries"]]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for i, policy in enumerate(policies):
+        style = "--" if "ahead" in policy_label(policy) else "-"
+        peak = [run["summaries"][i]["peak_time_lag_s"] for run in r["runs"]]
+        cost = [run["summaries"][i]["replica_minutes"] for run in r["runs"]]
+        axes[0].plot(startups, peak, style, marker="o", label=policy_label(policy))
+        axes[1].plot(startups, cost, style, marker="o", label=policy_label(policy))
+    axes[0].axhline(r["runs"][0]["summaries"][0]["objective_s"], color="grey", linestyle=":", label="objective")
+    axes[0].set_ylabel("peak time lag, s")
+    axes[1].set_ylabel("replica-minutes")
+    for ax in axes:
+        ax.set_xlabel("processor start-up, s")
+        ax.grid(True, alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Each policy over start-up times (sluice-lag simulate, the committed trace)")
+    save(fig, path)
+
+
 def render(results, readme_path):
     with open(readme_path) as f:
         readme = f.read()
@@ -633,6 +655,9 @@ def render(results, readme_path):
     if "autoscaling" in found:
         plot_autoscaling(found["autoscaling"], os.path.join(plots, "autoscaling.png"))
         made.append("autoscaling.png")
+    if "autoscaling-startup" in found:
+        plot_autoscaling_startup(found["autoscaling-startup"], os.path.join(plots, "autoscaling-startup.png"))
+        made.append("autoscaling-startup.png")
     if "kubernetes" in found:
         plot_kubernetes(found["kubernetes"], os.path.join(plots, "kubernetes.png"))
         made.append("kubernetes.png")
