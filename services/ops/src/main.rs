@@ -12,6 +12,7 @@ use clap::{Args, Parser, Subcommand};
 use sluice_kafka::KafkaConfig;
 use sluice_kafka::whole::read_whole;
 use sluice_ops::letters::DeadLetter;
+use sluice_ops::offsets::{self, Target};
 use sluice_ops::redrive::{self, Ledger, Redriver};
 use sluice_ops::select::{Selection, Summary, summarize};
 use sluice_ops::time;
@@ -20,7 +21,7 @@ use sluice_ops::time;
 #[command(
     name = "sluice-ops",
     version,
-    about = "What an operator does after something went wrong: dead letters inspected and redriven."
+    about = "What an operator does after something went wrong: dead letters inspected and redriven, offsets shown and reset."
 )]
 struct Cli {
     #[command(flatten)]
@@ -47,6 +48,9 @@ struct KafkaArgs {
     /// and SLUICE_PROCESSOR_KAFKA_SASL_USERNAME/_PASSWORD.
     #[arg(long = "kafka-property", value_name = "KEY=VALUE", global = true)]
     properties: Vec<String>,
+    /// The processors' consumer group.
+    #[arg(long, env = "SLUICE_PROCESSOR_GROUP_ID", default_value = "sluice-processor", global = true)]
+    group: String,
     /// How long reading a topic whole may take, in seconds.
     #[arg(long, default_value_t = 120, global = true)]
     read_timeout: u64,
@@ -57,6 +61,38 @@ enum Command {
     /// The dead-letter topic.
     #[command(subcommand)]
     Dlq(Dlq),
+    /// The processors' committed offsets on the input topic.
+    #[command(subcommand)]
+    Offsets(Offsets),
+}
+
+#[derive(Debug, Subcommand)]
+enum Offsets {
+    /// Each partition's committed offset, its metadata (the state generation), the log's
+    /// bounds and the lag; the group's state and members. Reads only.
+    Show,
+    /// Moves the committed offsets, keeping each commit's metadata; refused while the group
+    /// has members unless --force. A dry run unless --execute.
+    Reset {
+        /// To the first record at or after this time (2026-12-06T05:00:00Z, 15m, epoch ms).
+        #[arg(long, group = "target")]
+        to_time: Option<String>,
+        /// To this offset of this partition, PARTITION=OFFSET (repeatable; others stay).
+        #[arg(long, value_name = "PARTITION=OFFSET", group = "target")]
+        to_offset: Vec<String>,
+        /// To each partition's log start.
+        #[arg(long, group = "target")]
+        to_earliest: bool,
+        /// To each partition's log end (skips everything not yet consumed).
+        #[arg(long, group = "target")]
+        to_latest: bool,
+        /// Commit the new offsets (without it: say what would change, and change nothing).
+        #[arg(long)]
+        execute: bool,
+        /// Even while the group has members (they commit over it at their next commit).
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -129,14 +165,21 @@ fn main() -> std::process::ExitCode {
 
 fn run(cli: &Cli) -> anyhow::Result<()> {
     let kafka = kafka(&cli.kafka)?;
+    match &cli.command {
+        Command::Dlq(dlq) => run_dlq(cli, &kafka, dlq),
+        Command::Offsets(offsets) => run_offsets(cli, &kafka, offsets),
+    }
+}
+
+fn run_dlq(cli: &Cli, kafka: &KafkaConfig, command: &Dlq) -> anyhow::Result<()> {
     let limit = Duration::from_secs(cli.kafka.read_timeout);
     let dlq = &cli.kafka.dlq_topic;
     let letters: Vec<DeadLetter> =
-        read_whole(&kafka, dlq, limit)?.into_iter().map(|r| DeadLetter::from_record(dlq, r)).collect();
-    match &cli.command {
-        Command::Dlq(Dlq::Inspect { select, top_keys }) => {
+        read_whole(kafka, dlq, limit)?.into_iter().map(|r| DeadLetter::from_record(dlq, r)).collect();
+    match command {
+        Dlq::Inspect { select, top_keys } => {
             let selection = select.selection()?;
-            let ledger = Ledger::read(&kafka, dlq, limit)?;
+            let ledger = Ledger::read(kafka, dlq, limit)?;
             let summary = summarize(dlq, &letters, &selection, *top_keys);
             let plan = redrive::plan(&letters, &selection, &ledger, false);
             let json = serde_json::json!({
@@ -144,17 +187,17 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
             });
             print(cli.json, &json, || inspect_text(&summary, plan.already, plan.failed_again))
         }
-        Command::Dlq(Dlq::Redrive { select, execute, again, batch }) => {
+        Dlq::Redrive { select, execute, again, batch } => {
             let selection = select.selection()?;
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             let opened = if *execute {
-                let replication = redrive::replication(&kafka, dlq)?;
-                Some(runtime.block_on(Redriver::open(&kafka, dlq, replication))?)
+                let replication = redrive::replication(kafka, dlq)?;
+                Some(runtime.block_on(Redriver::open(kafka, dlq, replication))?)
             } else {
                 None
             };
             // Read after fencing: a redrive that ran before has committed or aborted.
-            let ledger = Ledger::read(&kafka, dlq, limit)?;
+            let ledger = Ledger::read(kafka, dlq, limit)?;
             let plan = redrive::plan(&letters, &selection, &ledger, *again);
             let sent = match &opened {
                 Some(r) => Some(runtime.block_on(r.send(&cli.kafka.input_topic, &plan.send, *batch))?),
@@ -168,6 +211,95 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
             print(cli.json, &json, || redrive_text(&json))
         }
     }
+}
+
+fn run_offsets(cli: &Cli, kafka: &KafkaConfig, command: &Offsets) -> anyhow::Result<()> {
+    let (group, topic) = (&cli.kafka.group, &cli.kafka.input_topic);
+    let timeout = Duration::from_secs(30);
+    let now = offsets::show(kafka, group, topic, timeout)?;
+    let Offsets::Reset { to_time, to_offset, to_earliest, to_latest, execute, force } = command else {
+        let json = serde_json::to_value(&now)?;
+        return print(cli.json, &json, || offsets_text(&now));
+    };
+    let target = match (to_time, to_offset.is_empty(), to_earliest, to_latest) {
+        (Some(t), ..) => Target::Time(time::parse(t, now_ms()).context("--to-time")?),
+        (None, false, ..) => Target::Offsets(partition_offsets(to_offset)?),
+        (None, true, true, _) => Target::Earliest,
+        (None, true, false, true) => Target::Latest,
+        _ => anyhow::bail!("say where to: --to-time, --to-offset, --to-earliest or --to-latest"),
+    };
+    let times = match target {
+        Target::Time(at) => {
+            let ids: Vec<i32> = now.partitions.iter().map(|p| p.partition).collect();
+            offsets::offsets_at(kafka, group, topic, &ids, at, timeout)?
+        }
+        _ => Default::default(),
+    };
+    let moves = offsets::plan(&now, &target, |p| times.get(&p).copied().flatten())?;
+    if *execute {
+        offsets::apply(kafka, &now, &moves, *force, timeout)?;
+    }
+    // A dry run says what --execute would refuse.
+    let refused = (now.members > 0 && !force).then(|| {
+        offsets::OffsetsError::HasMembers { group: now.group.clone(), state: now.state.clone(), members: now.members }
+            .to_string()
+    });
+    let json = serde_json::json!({
+        "dry_run": !execute, "group": group, "topic": topic, "moves": moves,
+        "consequences": offsets::consequences(&moves), "refused": refused,
+    });
+    print(cli.json, &json, || reset_text(&json))
+}
+
+/// `PARTITION=OFFSET` pairs.
+fn partition_offsets(pairs: &[String]) -> anyhow::Result<std::collections::BTreeMap<i32, i64>> {
+    pairs
+        .iter()
+        .map(|p| {
+            let parsed = p.split_once('=').and_then(|(k, v)| Some((k.trim().parse().ok()?, v.trim().parse().ok()?)));
+            parsed.with_context(|| format!("--to-offset {p:?}: expected PARTITION=OFFSET"))
+        })
+        .collect()
+}
+
+fn offsets_text(g: &offsets::GroupOffsets) -> String {
+    let mut out = format!("group {} on {}: {}, {} members\n\n", g.group, g.topic, g.state, g.members);
+    out += "partition  committed  log start    log end        lag  metadata\n";
+    for p in &g.partitions {
+        let opt = |v: Option<i64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
+        out += &format!(
+            "{:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {}\n",
+            p.partition,
+            opt(p.committed),
+            p.log_start,
+            p.log_end,
+            opt(p.lag),
+            p.metadata
+        );
+    }
+    out.trim_end().to_string()
+}
+
+fn reset_text(j: &serde_json::Value) -> String {
+    let mut out = format!(
+        "{} {} on {}:\n",
+        if j["dry_run"] == true { "would move" } else { "moved" },
+        j["group"].as_str().unwrap_or(""),
+        j["topic"].as_str().unwrap_or("")
+    );
+    for m in j["moves"].as_array().into_iter().flatten() {
+        out += &format!("  partition {:>3}: {} -> {} ({})\n", m["partition"], m["from"], m["to"], m["metadata"]);
+    }
+    for c in j["consequences"].as_array().into_iter().flatten() {
+        out += &format!("{}\n", c.as_str().unwrap_or(""));
+    }
+    if let Some(refused) = j["refused"].as_str() {
+        out += &format!("--execute would be refused: {refused}\n");
+    }
+    if j["dry_run"] == true {
+        out += "dry run: nothing was committed; add --execute to commit";
+    }
+    out.trim_end().to_string()
 }
 
 /// The Kafka settings: the processor's variables, then the flags.

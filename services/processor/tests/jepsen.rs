@@ -481,3 +481,33 @@ pub fn lag_picture(port: u16, group: &str) -> Option<sluice_lag::picture::GroupP
     let (code, body) = sluice_service::process::http_get(port, &format!("/groups/{group}"))?;
     (code == 200).then(|| serde_json::from_str(&body).expect("a group picture"))
 }
+
+/// The sluice-ops binary of this build (cargo builds every workspace binary before it runs
+/// the tests of `cargo test --workspace`).
+pub fn ops_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary");
+    let path = exe.parent().and_then(|deps| deps.parent()).expect("target dir").join("sluice-ops");
+    assert!(path.exists(), "{} is missing: build it first (cargo build -p sluice-ops)", path.display());
+    path
+}
+
+/// `sluice-ops ARGS --json` with the processor's variables, as the chart's Job runs it.
+pub fn ops(s: &Scenario, args: &[&str]) -> serde_json::Value {
+    let out = ops_output(s, args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "sluice-ops {args:?} failed: {stderr}");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("sluice-ops {args:?}: not JSON ({e}): {stderr}"))
+}
+
+/// `sluice-ops ARGS --json`, whatever it answers.
+pub fn ops_output(s: &Scenario, args: &[&str]) -> std::process::Output {
+    Command::new(ops_binary())
+        .args(args)
+        .arg("--json")
+        .env("SLUICE_PROCESSOR_KAFKA_BROKERS", &s.kafka.brokers)
+        .env("SLUICE_PROCESSOR_INPUT_TOPIC", &s.input)
+        .env("SLUICE_PROCESSOR_DLQ_TOPIC", &s.dlq)
+        .env("SLUICE_PROCESSOR_GROUP_ID", &s.group)
+        .output()
+        .expect("sluice-ops")
+}

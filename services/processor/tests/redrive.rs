@@ -7,36 +7,10 @@
 mod jepsen;
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use jepsen::{Scenario, wait_drained};
+use jepsen::{Scenario, ops, wait_drained};
 use sluice_kafka::whole::{Record, read_whole};
-
-/// The sluice-ops binary of this build (cargo builds every workspace binary before it runs
-/// the tests of `cargo test --workspace`).
-fn ops_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary");
-    let path = exe.parent().and_then(|deps| deps.parent()).expect("target dir").join("sluice-ops");
-    assert!(path.exists(), "{} is missing: build it first (cargo build -p sluice-ops)", path.display());
-    path
-}
-
-/// `sluice-ops ARGS --json` with the processor's variables, as the chart's Job runs it.
-fn ops(s: &Scenario, args: &[&str]) -> serde_json::Value {
-    let out = Command::new(ops_binary())
-        .args(args)
-        .arg("--json")
-        .env("SLUICE_PROCESSOR_KAFKA_BROKERS", &s.kafka.brokers)
-        .env("SLUICE_PROCESSOR_INPUT_TOPIC", &s.input)
-        .env("SLUICE_PROCESSOR_DLQ_TOPIC", &s.dlq)
-        .output()
-        .expect("sluice-ops");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "sluice-ops {args:?} failed: {stderr}");
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("sluice-ops {args:?}: not JSON ({e}): {stderr}"))
-}
 
 fn read(s: &Scenario, topic: &str) -> Vec<Record> {
     tokio::task::block_in_place(|| read_whole(&s.kafka, topic, Duration::from_secs(60))).expect("read")
