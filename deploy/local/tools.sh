@@ -35,7 +35,10 @@ go_install() { # name package version
   if [[ ! -x $bin ]]; then
     command -v go >/dev/null || die "go is not installed: $name is built from its Go module ($2)"
     echo "building $name $3 from its Go module (log: $log)" >&2
-    (cd "$TOOLS" && GOBIN="${bin%/*}" GOFLAGS=-mod=mod go install "$2@$3") >"$log" 2>&1 \
+    # The build cache the conformance harness and cluster.sh use: the standard library and
+    # the shared modules compiled once.
+    (cd "$TOOLS" && GOCACHE=${SLUICE_GOCACHE:-$HOME/.cache/sluice/go-build} GOBIN="${bin%/*}" GOFLAGS=-mod=mod \
+      go install "$2@$3") >"$log" 2>&1 \
       || { tail -n 20 "$log" >&2; die "building $name failed"; }
   fi
   echo "$bin"
