@@ -21,6 +21,7 @@ use std::fs::OpenOptions;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// A child process this value owns: killed when dropped.
@@ -145,9 +146,40 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-/// A free loopback port: bound, then released for a child to take.
+/// A free loopback port for a child to take, from below the kernel's
+/// ephemeral range. A port the kernel hands out for `:0` lies in that range,
+/// and between this call and the child's bind any outgoing connection on the
+/// machine may take it as its local end (seen in CI: a processor's admin port
+/// taken so, the processor exiting with "address in use" while a parallel
+/// test's clients connected). Each call in a process moves on to the next
+/// port, from an offset that differs per process, and skips ports in use.
 pub fn free_port() -> io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let (low, high) = PORTS_BELOW_EPHEMERAL;
+    let high = ephemeral_low().map_or(high, |ephemeral| ephemeral.min(high));
+    if high <= low + 1_000 {
+        return Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port());
+    }
+    let span = u32::from(high - low);
+    let offset = std::process::id().wrapping_mul(7_919);
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = low + u16::try_from(offset.wrapping_add(n) % span).unwrap_or(0);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(io::Error::new(io::ErrorKind::AddrInUse, format!("no free port in {low}..{high}")))
+}
+
+/// Where [`free_port`] looks: clear of the well-known ports and of the node
+/// ports a local Kubernetes control plane serves (30000-32767).
+const PORTS_BELOW_EPHEMERAL: (u16, u16) = (20_000, 30_000);
+
+/// The first port of the kernel's ephemeral range, when it can be read.
+fn ephemeral_low() -> Option<u16> {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    range.split_whitespace().next()?.parse().ok()
 }
 
 /// `GET path` on a loopback port: the status code and the body; `None`

@@ -173,3 +173,15 @@ fn http_get_reads_plain_and_chunked_bodies() {
     let cut = serve_once(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10\r\nshort");
     assert_eq!(http_get(cut, "/"), None, "a body cut short is not a body");
 }
+
+#[test]
+fn free_ports_come_from_below_the_ephemeral_range_and_differ() {
+    let ephemeral = ephemeral_low().expect("Linux says where its ephemeral range starts");
+    let ports: Vec<u16> = (0..20).map(|_| free_port().expect("a free port")).collect();
+    for port in &ports {
+        assert!(*port < ephemeral && *port >= PORTS_BELOW_EPHEMERAL.0, "{port} outside 20000..{ephemeral}");
+        std::net::TcpListener::bind(("127.0.0.1", *port)).expect("a port handed out is free");
+    }
+    let distinct: std::collections::BTreeSet<_> = ports.iter().collect();
+    assert_eq!(distinct.len(), ports.len(), "each call hands out another port: {ports:?}");
+}
