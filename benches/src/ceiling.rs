@@ -377,6 +377,7 @@ pub async fn swap_payloads(traffic: &Traffic, records: usize) -> Result<Vec<Vec<
             key: Some(key.as_bytes().to_vec()),
             payload: Some(payload.to_vec()),
             timestamp_ms: None,
+            redriven: false,
         };
         if let Ok(handled) = handler.handle(&record).await {
             payloads.extend(handled.publish.into_iter().map(|p| p.payload));

@@ -61,6 +61,7 @@ fn records(transactions: u64, workers: usize) -> (Traffic, Vec<Vec<Record>>) {
             key: Some(key.as_bytes().to_vec()),
             payload: Some(payload.to_vec()),
             timestamp_ms: None,
+            redriven: false,
         });
     }
     (traffic, lanes)

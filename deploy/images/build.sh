@@ -34,6 +34,9 @@ BASE_PACKAGES=(libc6 libgcc-s1 libssl3 ca-certificates netbase tzdata)
 # cargo's binary of each service (the image's file is sluice-<service>).
 declare -A CARGO_BIN=([processor]=processor [scheduler]=sluice-scheduler [ingest]=sluice-ingest [lag]=sluice-lag [chainsim]=chainsim)
 declare -A CARGO_PACKAGE=([processor]=sluice-processor [scheduler]=sluice-scheduler [ingest]=sluice-ingest [lag]=sluice-lag [chainsim]=sluice-chainsim)
+# Binaries an image carries besides its service's: the processor image has the operator's CLI.
+declare -A EXTRA_BIN=([processor]=sluice-ops)
+declare -A EXTRA_PACKAGE=([sluice-ops]=sluice-ops)
 
 die() { printf 'images: error: %s\n' "$*" >&2; exit 1; }
 usage() { sed -n '2,27s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
@@ -118,10 +121,13 @@ base_image() {
 
 # The binaries, in a folder of their own (the build context of the prebuilt stage).
 gather_binaries() { # context
-  local context=$1 service from
+  local context=$1 service extra
   if [[ -z $binaries ]]; then
     local args=() target
-    for service in "${services[@]}"; do args+=(-p "${CARGO_PACKAGE[$service]}" --bin "${CARGO_BIN[$service]}"); done
+    for service in "${services[@]}"; do
+      args+=(-p "${CARGO_PACKAGE[$service]}" --bin "${CARGO_BIN[$service]}")
+      for extra in ${EXTRA_BIN[$service]:-}; do args+=(-p "${EXTRA_PACKAGE[$extra]}" --bin "$extra"); done
+    done
     echo "building the binaries with cargo (--profile $profile)" >&2
     (cd "$REPO_ROOT" && cargo build --locked -q --profile "$( [[ $profile == debug ]] && echo dev || echo release)" "${args[@]}") \
       || die "cargo build failed"
@@ -129,15 +135,21 @@ gather_binaries() { # context
     binaries="$target/$profile"
   fi
   for service in "${services[@]}"; do
-    from="$binaries/${CARGO_BIN[$service]}"
-    [[ -x $from ]] || die "no binary $from (build it, or give --binaries the folder cargo wrote it to)"
-    if $strip; then
-      objcopy --strip-debug "$from" "$context/sluice-$service" || die "objcopy --strip-debug $from failed"
-    else
-      # A hard link where it can be one: debug binaries are over 100 MB.
-      ln -f "$from" "$context/sluice-$service" 2>/dev/null || cp "$from" "$context/sluice-$service"
-    fi
+    place "$binaries/${CARGO_BIN[$service]}" "$context/sluice-$service"
+    for extra in ${EXTRA_BIN[$service]:-}; do place "$binaries/$extra" "$context/$extra"; done
   done
+}
+
+# One binary into the context, stripped of its debug sections when asked.
+place() { # from to
+  local from=$1 to=$2
+  [[ -x $from ]] || die "no binary $from (build it, or give --binaries the folder cargo wrote it to)"
+  if $strip; then
+    objcopy --strip-debug "$from" "$to" || die "objcopy --strip-debug $from failed"
+  else
+    # A hard link where it can be one: debug binaries are over 100 MB.
+    ln -f "$from" "$to" 2>/dev/null || cp "$from" "$to"
+  fi
 }
 
 main() {

@@ -43,6 +43,7 @@ def check(ok, what):
     print(("ok   " if ok else "FAIL ") + what)
     if not ok:
         failures.append(what)
+    return ok
 
 
 def helm(args, *cmd):
@@ -365,6 +366,53 @@ def dockerfile_checks(objects):
                   f"{target}: the source stage builds the workspace binary it runs ({built})")
 
 
+def ops_job_checks(args, rendered):
+    """sluice-ops as a Job: off by default; when on, in the processor image (whose Dockerfile
+    target carries the binary), with the processors' Kafka settings, credentials and TLS
+    files, run once, egress to Kafka only; an empty or unknown command refused at render."""
+    check(not find(rendered.get("defaults", []), "Job"), "ops.job: no Job by default")
+    objects = rendered.get("ops-job", [])
+    jobs, processor = find(objects, "Job", "-ops-1"), find(objects, "Deployment", "-processor")
+    if not check(len(jobs) == 1 and len(processor) == 1, "ops.job.enabled: one Job, named by the release revision"):
+        return
+    job = jobs[0]
+    pod, deployment_pod = job["spec"]["template"]["spec"], processor[0]["spec"]["template"]["spec"]
+    c, p = pod["containers"][0], deployment_pod["containers"][0]
+    check(c["image"] == p["image"] and c["command"] == ["/usr/local/bin/sluice-ops"]
+          and c["args"] == ["dlq", "redrive", "--key", "pool-1", "--json"],
+          f"ops.job: sluice-ops in the processor's image with the args given ({c['image']} {c.get('args')})")
+    env, penv = {e["name"]: e for e in c["env"]}, container_env(processor[0])
+    shared = ["SLUICE_PROCESSOR_KAFKA_BROKERS", "SLUICE_PROCESSOR_GROUP_ID", "SLUICE_PROCESSOR_INPUT_TOPIC",
+              "SLUICE_PROCESSOR_DLQ_TOPIC", "SLUICE_PROCESSOR_KAFKA_SASL_USERNAME", "SLUICE_PROCESSOR_KAFKA_SASL_PASSWORD"]
+    check(all(env.get(k) == penv.get(k) for k in shared) and "ssl.ca.location" in env["SLUICE_PROCESSOR_KAFKA_PROPERTIES"]["value"]
+          and c.get("volumeMounts") == p.get("volumeMounts") and pod.get("volumes") == deployment_pod.get("volumes"),
+          "ops.job: the processors' brokers, group, topics, SASL credentials and TLS files")
+    check(job["spec"]["backoffLimit"] == 0 and pod["restartPolicy"] == "Never"
+          and pod["securityContext"].get("runAsNonRoot") is True
+          and c["securityContext"].get("readOnlyRootFilesystem") is True,
+          "ops.job: runs once (no blind retry of a write), non-root, read-only root")
+    policy = find(objects, "NetworkPolicy", "-ops")
+    outs = {q["port"] for rule in policy[0]["spec"]["egress"] for q in rule["ports"]} if policy else set()
+    check(len(policy) == 1 and policy[0]["spec"]["ingress"] == [] and outs == {53, 9093},
+          f"ops.job: a NetworkPolicy with nothing in and only DNS and Kafka out ({sorted(outs)})")
+    stages = dockerfile_stages((CHART.parent.parent / "deploy" / "images" / "Dockerfile").read_text())
+    source, target = " ".join(stages["source"][1]), stages["processor"][1]
+    check("--bin sluice-ops" in source and "target/release/sluice-ops" in source
+          and "COPY --from=binaries /out/sluice-ops /usr/local/bin/sluice-ops" in target,
+          "ops.job: the processor image carries /usr/local/bin/sluice-ops")
+    for values, says in [('ops.job.args=[]', "ops.job.args is empty"), ('ops.job.args=["rebalance"]', "knows the commands")]:
+        try:
+            render(args, "--set", "ops.job.enabled=true", "--set-json", values)
+            check(False, f"ops.job refuses {values}")
+        except RuntimeError as e:
+            check(says in str(e), f"ops.job refuses {values}: {str(e).splitlines()[0][-110:]}")
+    try:
+        render(args, "--set", "ops.job.command=dlq")
+        check(False, "values.schema.json refuses ops.job.command")
+    except RuntimeError as e:
+        check("/ops/job" in str(e), "values.schema.json refuses ops.job.command, naming /ops/job")
+
+
 def python_patterns(schema):
     """The CRD schema with its Go (RE2) patterns in Python's dialect: RE2 takes inline
     flags after `^` (prometheus-operator's `^(?i)(abort|warn)?$`), Python only first."""
@@ -560,6 +608,10 @@ def render_scenarios(args, crd_schemas):
     scenarios = {"defaults": []}
     for values in sorted((CHART / "ci").glob("*-values.yaml")):
         scenarios[values.name.removesuffix("-values.yaml")] = ["-f", str(values)]
+    # Rendered and validated here, not a ci/ file: a cluster install would run the Job against
+    # the scenario's made-up brokers (test_pods.py runs it against the real one).
+    scenarios["ops-job"] = ["-f", str(CHART / "ci" / "sasl-tls-values.yaml"), "--set", "ops.job.enabled=true",
+                            "--set-json", 'ops.job.args=["dlq","redrive","--key","pool-1"]', "--set", "ops.job.json=true"]
     rendered = {}
     for scenario, extra in scenarios.items():
         lint = helm(args, "lint", str(CHART), "--strict", *extra)
@@ -893,6 +945,7 @@ def main():
     lag_checks(args, rendered)
     external_scaler_checks(args, rendered)
     dockerfile_checks(rendered.get("demo", []))
+    ops_job_checks(args, rendered)
 
     demo = rendered.get("demo", [])
     env = container_env(find(demo, "Deployment", "-scheduler")[0]) if demo else {}

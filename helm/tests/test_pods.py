@@ -14,7 +14,10 @@ processors and more if KEDA asks) while this script disrupts it the way a cluste
   partitions it owned went without a commit is measured (a sluice-lag on the host watching
   the group every 500 ms);
 - a hung container (sluice-lag's process stopped with SIGSTOP): its liveness probe fails and
-  the kubelet restarts it.
+  the kubelet restarts it;
+- the operator's CLI as the chart's Job (`ops.job`), in the processor image on the node:
+  `sluice-ops offsets show` reads the processors' group through the cluster's own path to
+  Kafka, with the chart's settings.
 
 The demo then checks what must hold through all of it: the lag drains, every pool matches the
 chain, the outputs are exactly once (nothing lost, nothing applied twice), and every pod
@@ -175,6 +178,45 @@ def liveness_restart(c, results):
 CHART = pathlib.Path(__file__).resolve().parent.parent / "sluice"
 
 
+def ops_job(c):
+    """`helm upgrade --set ops.job.enabled=true`: the Job runs sluice-ops in the processor image
+    with the chart's settings and reads the group (its members, a commit on every partition
+    with the processors' generation)."""
+    args = '["offsets","show"]'
+    out = c.helm("upgrade", RELEASE, str(CHART), "-n", NAMESPACE, "--reuse-values", "--set", "ops.job.enabled=true",
+                 "--set-json", f"ops.job.args={args}", "--set", "ops.job.json=true")
+    if not check(out.returncode == 0, "ops job: helm upgrade --set ops.job.enabled=true" + ("" if out.returncode == 0 else f": {out.stderr.strip()}")):
+        return
+    revision = json.loads(c.helm("status", RELEASE, "-n", NAMESPACE, "-o", "json").stdout)["version"]
+    name = f"{RELEASE}-ops-{revision}"
+    path = f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{name}"
+
+    def finished():
+        status = (c.kube.get_or_none(path) or {}).get("status", {})
+        return status.get("succeeded", 0) + status.get("failed", 0) > 0
+
+    started = time.monotonic()
+    try:
+        wait(f"ops job: {name} finished", finished, 120, interval=1)
+    except TimeoutError as e:
+        check(False, str(e))
+        return
+    pods = c.kube.get(f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector=job-name%3D{name}")["items"]
+    log = c.kube.request("GET", f"/api/v1/namespaces/{NAMESPACE}/pods/{pods[0]['metadata']['name']}/log") if pods else ""
+    succeeded = c.kube.get(path)["status"].get("succeeded", 0) == 1
+    try:
+        text = str(log or "")
+        shown = json.loads(text[text.find("{"):])  # stdout's JSON (stderr shares the pod's log)
+    except json.JSONDecodeError:
+        shown = {}
+    partitions = shown.get("partitions", [])
+    check(succeeded and shown.get("members", 0) >= 1 and len(partitions) == 12
+          and all(p.get("metadata", "").startswith("generation=") for p in partitions),
+          f"ops job: sluice-ops offsets show in the cluster read the group ({shown.get('members')} members, "
+          f"{len(partitions)} partitions committed with their generation) in {time.monotonic() - started:.0f} s"
+          + ("" if succeeded else f"; log: {str(log)[-400:]}"))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for flag in ("--helm", "--kubeconfig", "--demo", "--sluice-lag", "--registry", "--tag", "--upgrade-tag",
@@ -208,6 +250,7 @@ def main():
         killed_hard(c, watcher, results, logs)
         if args.only != "kill":
             liveness_restart(c, results)
+            ops_job(c)
     except (TimeoutError, RuntimeError, ApiError, OSError, KeyError, IndexError, StopIteration,
             subprocess.SubprocessError) as e:
         check(False, f"{type(e).__name__}: {e}")

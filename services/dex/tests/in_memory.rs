@@ -38,6 +38,7 @@ async fn replaying_the_chain_in_memory_rebuilds_every_pool_and_replays_are_no_op
                     key: Some(key.as_bytes().to_vec()),
                     payload: Some(payload.clone()),
                     timestamp_ms: None,
+                    redriven: false,
                 };
                 offset += 1;
                 match handler.handle(&record).await {

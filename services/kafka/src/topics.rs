@@ -14,6 +14,10 @@ use crate::KafkaConfig;
 pub const CHAIN_TRANSACTIONS: &str = "chain.transactions";
 /// Records the processor could not recognise, with the reason in headers.
 pub const CHAIN_TRANSACTIONS_DLQ: &str = "chain.transactions.dlq";
+/// The header a record sent back from the dead-letter topic carries
+/// (`sluice-ops dlq redrive`): where it was dead-lettered, `<topic>/<partition>/<offset>`.
+/// A processor whose workload dead-letters keys lifts a key when one comes.
+pub const REDRIVE_ORIGIN_HEADER: &str = "sluice.redrive.origin";
 /// Recognised swaps, keyed by pool.
 pub const DEX_SWAPS: &str = "dex.swaps";
 /// Default partition count of the keyed topics.

@@ -172,8 +172,9 @@ pub fn plan(
     Ok(moves)
 }
 
-/// The newest `generation=` metadata of the group's commits (ids begin with their creation
-/// time in hex, as the runtime reads them), or none.
+/// The newest `generation=` part of the group's commits' metadata (ids begin with their
+/// creation time in hex, as the runtime reads them), or none; never another partition's
+/// dead keys (`;dead=`).
 fn newest_generation(now: &GroupOffsets) -> String {
     let created = |m: &str| {
         let id = m.strip_prefix("generation=")?;
@@ -181,7 +182,7 @@ fn newest_generation(now: &GroupOffsets) -> String {
     };
     now.partitions
         .iter()
-        .map(|p| p.metadata.as_str())
+        .map(|p| p.metadata.split(';').next().unwrap_or_default())
         .filter(|m| created(m).is_some())
         .max_by_key(|m| (created(m), m.to_string()))
         .unwrap_or_default()
@@ -284,13 +285,19 @@ mod tests {
 
     #[test]
     fn a_reset_keeps_each_partitions_generation_and_fills_a_missing_one_with_the_newest() {
-        let now = group(&[(0, Some(90), "generation=18f-a"), (1, None, ""), (2, Some(50), "generation=190-b")]);
+        let now =
+            group(&[(0, Some(90), "generation=18f-a"), (1, None, ""), (2, Some(50), "generation=190-b;dead=61@3-")]);
         let moves = plan(&now, &Target::Time(5), |p| if p == 0 { Some(40) } else { None }).expect("plan");
         let got: Vec<(i32, i64, &str, i64)> =
             moves.iter().map(|m| (m.partition, m.to, m.metadata.as_str(), m.records)).collect();
         assert_eq!(
             got,
-            vec![(0, 40, "generation=18f-a", 50), (1, 100, "generation=190-b", -90), (2, 100, "generation=190-b", -50)]
+            vec![
+                (0, 40, "generation=18f-a", 50),
+                (1, 100, "generation=190-b", -90),
+                (2, 100, "generation=190-b;dead=61@3-", -50)
+            ],
+            "each keeps its own dead keys; the one filled in gets none of another's"
         );
         let text = consequences(&moves).join("\n");
         assert!(

@@ -24,6 +24,7 @@ use rdkafka::producer::future_producer::OwnedDeliveryResult;
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use serde::{Deserialize, Serialize};
 use sluice_kafka::KafkaConfig;
+use sluice_kafka::topics::REDRIVE_ORIGIN_HEADER;
 use sluice_kafka::whole::{ReadError, read_whole};
 
 use crate::letters::{Coordinates, DeadLetter};
@@ -216,13 +217,19 @@ impl Redriver {
         for l in chunk {
             let origin = format!("{}/{}/{}", l.at.topic, l.at.partition, l.at.offset);
             let mut headers = OwnedHeaders::new()
-                .insert(Header { key: "sluice.redrive.origin", value: Some(origin.as_bytes()) })
+                .insert(Header { key: REDRIVE_ORIGIN_HEADER, value: Some(origin.as_bytes()) })
                 .insert(Header { key: "sluice.redrive.reason", value: Some(l.kind.as_bytes()) });
             if let Some(o) = &l.origin {
                 let original = format!("{}/{}/{}", o.topic, o.partition, o.offset);
                 headers = headers.insert(Header { key: "sluice.redrive.original", value: Some(original.as_bytes()) });
             }
-            let record = FutureRecord::to(input).key(l.key.as_slice()).payload(l.payload.as_slice()).headers(headers);
+            let mut record =
+                FutureRecord::to(input).key(l.key.as_slice()).payload(l.payload.as_slice()).headers(headers);
+            // Back to the partition it came from, behind the key's records there (a processor
+            // that dead-lettered the key lifts it there); else where the key hashes to.
+            if let Some(o) = l.origin.as_ref().filter(|o| o.topic == input) {
+                record = record.partition(o.partition);
+            }
             copies.push(self.enqueue(record)?);
         }
         let ledger = ledger_topic(&self.dlq);

@@ -19,8 +19,10 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::{KafkaError, KafkaResult};
-use rdkafka::message::Message;
+use rdkafka::message::{BorrowedHeaders, Headers, Message};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+
+use sluice_kafka::topics::REDRIVE_ORIGIN_HEADER;
 
 use crate::config::RuntimeConfig;
 use crate::handler::{Handler, Record};
@@ -126,6 +128,7 @@ fn poll_round<H: Handler>(consumer: &BaseConsumer<Ctx<H>>, batches: &mut Vec<(i3
                     key: m.key().map(<[u8]>::to_vec),
                     payload: m.payload().map(<[u8]>::to_vec),
                     timestamp_ms: m.timestamp().to_millis(),
+                    redriven: m.headers().is_some_and(redriven),
                 };
                 match batches.iter_mut().find(|(p, _)| *p == record.partition) {
                     Some((_, batch)) => batch.push(record),
@@ -272,4 +275,9 @@ fn shutdown<H: Handler>(consumer: &BaseConsumer<Ctx<H>>, drain: Duration) {
         tracing::warn!(error = %e, "Producer flush incomplete");
     }
     tracing::info!("Consumer stopped");
+}
+
+/// Whether a record came back from the dead-letter topic.
+fn redriven(headers: &BorrowedHeaders) -> bool {
+    headers.iter().any(|h| h.key == REDRIVE_ORIGIN_HEADER)
 }

@@ -4,6 +4,7 @@ pub use sluice_service::admin::NotReady;
 use std::sync::Arc;
 
 use crate::metrics::{Dependency, MessageOutcome};
+use crate::retry::Exhausted;
 
 /// One consumed record, owned.
 #[derive(Debug, Clone)]
@@ -15,6 +16,9 @@ pub struct Record {
     pub payload: Option<Vec<u8>>,
     /// The record's Kafka timestamp (producer or broker time), Unix ms.
     pub timestamp_ms: Option<i64>,
+    /// Sent back from the dead-letter topic (`sluice-ops dlq redrive`: it
+    /// carries a `sluice.redrive.origin` header).
+    pub redriven: bool,
 }
 
 impl Record {
@@ -117,6 +121,13 @@ pub trait Handler: Send + Sync + 'static {
         Batching::PerRecord
     }
 
+    /// What happens to a record whose retries ran out
+    /// ([`crate::retry::RetryPolicy::attempts_before_stall`]): its partition
+    /// pauses unless the workload's keys are independent and it says so.
+    fn retry_exhausted(&self) -> Exhausted {
+        Exhausted::PausePartition
+    }
+
     /// Readiness of the handler's own dependencies (e.g. Redis answers).
     fn ready(&self) -> Result<(), NotReady> {
         Ok(())
@@ -172,6 +183,7 @@ mod tests {
             key: Some(key.as_bytes().to_vec()),
             payload: None,
             timestamp_ms: None,
+            redriven: false,
         }
     }
 

@@ -101,6 +101,15 @@ impl Lanes {
         }
     }
 
+    /// Takes `key`'s queued records out (offset order) and forgets the key:
+    /// its retries ran out and it is dead-lettered from there on.
+    pub(crate) fn take_key(&mut self, key: &[u8]) -> Vec<Record> {
+        let Some(lane) = self.lanes.remove(key) else { return Vec::new() };
+        self.queued -= lane.queue.len();
+        self.ready.retain(|k| k != key);
+        lane.queue.into()
+    }
+
     /// `records` of one key (offset order) failed and go back to the front
     /// of the lane; the key stays busy until released after the backoff.
     pub(crate) fn retry(&mut self, records: Vec<Record>) {
@@ -171,6 +180,14 @@ impl Ordered {
         }
     }
 
+    /// Takes `key`'s queued records out (offset order); it is no longer held.
+    pub(crate) fn take_key(&mut self, key: &[u8]) -> Vec<Record> {
+        self.held.retain(|k| k != key);
+        let (taken, kept) = self.records.drain(..).partition(|r| r.key.as_deref() == Some(key));
+        self.records = kept;
+        taken.into()
+    }
+
     /// Failed records go back in offset order; their key is no longer held.
     pub(crate) fn retry(&mut self, records: Vec<Record>) {
         if let Some(key) = records.first().and_then(|r| r.key.as_deref()) {
@@ -198,6 +215,7 @@ mod tests {
             key: key.map(|k| k.as_bytes().to_vec()),
             payload: None,
             timestamp_ms: None,
+            redriven: false,
         }
     }
 

@@ -56,4 +56,5 @@ mod worker;
 pub use config::{RuntimeConfig, WorkloadDefaults};
 pub use handler::{Batching, HandleError, Handled, Handler, NotReady, Publish, Record};
 pub use metrics::{DeadLetterKind, Dependency, Identity, MessageOutcome, RuntimeMetrics};
+pub use retry::Exhausted;
 pub use run::{Runtime, RuntimeHandle};

@@ -57,7 +57,7 @@ label! {
 label! {
     /// `dead_letters_total{kind}`: the runtime's own kind (a workload's come with
     /// [`crate::HandleError::Invalid`]).
-    DeadLetterKind { HandlerPanic => "handler_panic" }
+    DeadLetterKind { HandlerPanic => "handler_panic", RetryExhausted => "retry_exhausted" }
 }
 
 label! {

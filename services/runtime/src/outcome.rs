@@ -10,7 +10,7 @@ use std::sync::Arc;
 use rdkafka::message::{Header, OwnedHeaders};
 
 use crate::handler::{HandleError, Handled, Record};
-use crate::metrics::{Dependency, MessageOutcome};
+use crate::metrics::{DeadLetterKind, Dependency, MessageOutcome};
 use crate::output::Output;
 
 /// A record that needs nothing more than its outputs' acknowledgements.
@@ -96,6 +96,21 @@ pub(crate) fn settle(records: Vec<Record>, results: Vec<Result<Handled, HandleEr
     settled
 }
 
+/// A record of a key whose retries ran out
+/// ([`crate::retry::Exhausted::DeadLetterKey`]), done as a dead letter,
+/// unhandled, with `message` saying why.
+pub(crate) fn exhausted(record: &Record, dlq: &DeadLetters, message: &str) -> Done {
+    let kind = DeadLetterKind::RetryExhausted.as_str();
+    Done {
+        offset: record.offset,
+        size: record.size(),
+        outcome: MessageOutcome::DeadLettered.as_str(),
+        dead_letter: Some(kind),
+        event_time_ms: None,
+        outputs: vec![dead_letter(record, dlq, kind, message)],
+    }
+}
+
 /// The record as it came, to the dead-letter topic, with headers naming
 /// where it came from and why.
 fn dead_letter(record: &Record, dlq: &DeadLetters, kind: &str, message: &str) -> Output {
@@ -136,6 +151,7 @@ mod tests {
             key: key.map(|k| k.as_bytes().to_vec()),
             payload: Some(b"p".to_vec()),
             timestamp_ms: None,
+            redriven: false,
         }
     }
 

@@ -19,7 +19,10 @@
 //!   below every record that has not.
 //! - **Retry**: a transient failure retries the key from the failed record
 //!   after a backoff; a failed delivery is sent again after a backoff; at
-//!   the retry cap the partition stalls (pauses, not ready) and keeps retrying.
+//!   the retry cap the partition stalls (pauses, not ready) and keeps
+//!   retrying, or, under the workload's dead-letter-key policy, the record
+//!   and its key's later records go to the dead-letter topic unhandled until
+//!   a redriven record of the key lifts it ([`DeadKeys`]).
 //! - **Budget**: bytes in flight, or completed records waiting behind a slow
 //!   one, past the budget pause the partition; it resumes below the resume
 //!   fraction with no stall.
@@ -36,10 +39,13 @@ use crate::lanes::{Lanes, Ordered};
 use crate::metrics::Dependency;
 use crate::outcome::{self, DeadLetters};
 use crate::output::Output;
+use crate::retry::Exhausted;
 
 mod budget;
+mod dead_keys;
 
 pub(crate) use budget::Budget;
+pub(crate) use dead_keys::DeadKeys;
 
 /// What a partition's rules depend on.
 #[derive(Debug, Clone)]
@@ -48,8 +54,10 @@ pub(crate) struct Rules {
     /// Outputs go into Kafka transactions ([`Partition::release`]) instead of groups.
     pub exactly_once: bool,
     pub budget: Budget,
-    /// Failed attempts at which the partition stalls.
+    /// Failed attempts at which a record's retries are exhausted.
     pub attempts_before_stall: u32,
+    /// What exhausted retries lead to.
+    pub exhausted: Exhausted,
     pub dead_letters: DeadLetters,
 }
 
@@ -68,6 +76,10 @@ pub(crate) enum Action {
     Failed { offset: i64, attempts: u32, dependency: &'static str, error: String, stalled: bool },
     /// A stalled record got through.
     Unstalled { offset: i64 },
+    /// Retries ran out at `offset` and its key is dead-lettered from there
+    /// (`records` of it now); `full`: no room for one more dead key, so the
+    /// partition stalls instead.
+    KeyDeadLettered { offset: i64, records: usize, error: String, full: bool },
     /// A record came out of offset order and is ignored (counted as finished).
     OutOfOrder(TrackError),
 }
@@ -108,6 +120,10 @@ pub(crate) struct Partition {
     attempts: HashMap<i64, u32>,
     /// Offsets past the retry cap.
     stalled: Vec<i64>,
+    /// Keys dead-lettered since their retries ran out.
+    dead: DeadKeys,
+    /// `dead` changed since [`Partition::take_dead_keys`] last read it.
+    dead_changed: bool,
     paused: bool,
     /// Exactly-once mode: done records (size, outputs) waiting until every
     /// record below them is done.
@@ -132,15 +148,31 @@ impl Partition {
             next_group: 0,
             attempts: HashMap::new(),
             stalled: Vec::new(),
+            dead: DeadKeys::default(),
+            dead_changed: false,
             paused: false,
             staged: BTreeMap::new(),
             finished: 0,
         }
     }
 
-    /// Records fetched for this partition, in offset order.
+    /// The dead keys a commit of this partition recorded (a new owner's start).
+    pub(crate) fn restore(&mut self, dead: DeadKeys) {
+        self.dead = dead;
+        self.dead_changed = true;
+    }
+
+    /// The dead keys, encoded for the commit metadata, when they changed
+    /// since the last call: to be recorded before any position past them.
+    pub(crate) fn take_dead_keys(&mut self) -> Option<String> {
+        std::mem::take(&mut self.dead_changed).then(|| self.dead.encode())
+    }
+
+    /// Records fetched for this partition, in offset order. A dead key's
+    /// records are dead-lettered unhandled; a redriven one lifts its key.
     pub(crate) fn receive(&mut self, records: Vec<Record>) -> Vec<Action> {
         let mut actions = Vec::new();
+        let mut dead = Vec::new();
         for record in records {
             if let Err(e) = self.tracker.received(record.offset) {
                 // librdkafka delivers a partition's offsets increasing within
@@ -151,13 +183,34 @@ impl Partition {
                 continue;
             }
             self.bytes += record.size();
+            if let Some(since) = self.dead_since(&record) {
+                let why = format!("its key is dead-lettered since offset {since}, where its retries ran out");
+                dead.push(outcome::exhausted(&record, &self.rules.dead_letters, &why));
+                continue;
+            }
             match self.rules.batching {
                 Batching::PerRecord => self.lanes.push(record),
                 Batching::Batch { .. } => self.ordered.push(record),
             }
         }
+        if !dead.is_empty() {
+            self.finish(dead, &mut actions);
+        }
         self.check_budget();
         actions
+    }
+
+    /// Where `record`'s key has been dead since, if it is and the record
+    /// is not a redriven one (which lifts the key).
+    fn dead_since(&mut self, record: &Record) -> Option<i64> {
+        let key = record.key.as_deref().filter(|_| !self.dead.is_empty())?;
+        let since = self.dead.dead_since(key, record.offset)?;
+        if record.redriven {
+            self.dead.lift(key, record.offset);
+            self.dead_changed = true;
+            return None;
+        }
+        Some(since)
     }
 
     pub(crate) fn batching(&self) -> Batching {
@@ -203,26 +256,7 @@ impl Partition {
         keys.sort_unstable();
         keys.dedup();
         let settled = outcome::settle(records, results, &self.rules.dead_letters);
-        let mut outputs = Vec::new();
-        let mut completes = Vec::new();
-        let mut immediate = Vec::new();
-        for done in settled.done {
-            actions.push(Action::Done {
-                offset: done.offset,
-                outcome: done.outcome,
-                dead_letter: done.dead_letter,
-                event_time_ms: done.event_time_ms,
-            });
-            self.unstall(done.offset, &mut actions);
-            if self.rules.exactly_once {
-                self.staged.insert(done.offset, (done.size, done.outputs));
-            } else if done.outputs.is_empty() {
-                immediate.push((done.offset, done.size));
-            } else {
-                completes.push((done.offset, done.size));
-                outputs.extend(done.outputs);
-            }
-        }
+        self.finish(settled.done, &mut actions);
         let retrying: Vec<&[u8]> = settled.retry.iter().filter_map(|r| r.records[0].key.as_deref()).collect();
         if self.rules.batching == Batching::PerRecord {
             for key in keys.iter().filter(|k| !retrying.contains(&k.as_slice())) {
@@ -238,9 +272,42 @@ impl Partition {
             let attempts = self.attempts.entry(first).or_insert(0);
             *attempts += 1;
             let attempts = *attempts;
+            let exhausted = attempts >= self.rules.attempts_before_stall;
+            let retry = match self.rules.exhausted {
+                Exhausted::DeadLetterKey if exhausted => match self.dead_letter_key(retry, attempts, &mut actions) {
+                    Ok(()) => continue,
+                    Err(retry) => retry,
+                },
+                _ => retry,
+            };
             self.failed_attempt(first, attempts, retry.dependency, retry.message, &mut actions);
             self.backoffs += 1;
             actions.push(Action::Backoff { records: retry.records, attempts });
+        }
+        actions
+    }
+
+    /// Done records: their outputs go out as one group (or are staged).
+    fn finish(&mut self, done: Vec<outcome::Done>, actions: &mut Vec<Action>) {
+        let mut outputs = Vec::new();
+        let mut completes = Vec::new();
+        let mut immediate = Vec::new();
+        for done in done {
+            actions.push(Action::Done {
+                offset: done.offset,
+                outcome: done.outcome,
+                dead_letter: done.dead_letter,
+                event_time_ms: done.event_time_ms,
+            });
+            self.unstall(done.offset, actions);
+            if self.rules.exactly_once {
+                self.staged.insert(done.offset, (done.size, done.outputs));
+            } else if done.outputs.is_empty() {
+                immediate.push((done.offset, done.size));
+            } else {
+                completes.push((done.offset, done.size));
+                outputs.extend(done.outputs);
+            }
         }
         for (offset, size) in immediate {
             self.complete(offset, size);
@@ -248,7 +315,52 @@ impl Partition {
         if !outputs.is_empty() {
             actions.push(self.send_group(outputs, completes, 0));
         }
-        actions
+    }
+
+    /// The dead-letter-key policy at the retry cap: the failed records and
+    /// their key's queued ones go to the dead-letter topic, unhandled, in
+    /// offset order, and the key is dead from the first of them on. The
+    /// retry back (the partition stalls instead) when the commit metadata
+    /// has no room for one more dead key.
+    fn dead_letter_key(
+        &mut self,
+        retry: outcome::Retry,
+        attempts: u32,
+        actions: &mut Vec<Action>,
+    ) -> Result<(), outcome::Retry> {
+        let first = retry.records[0].offset;
+        let key = retry.records[0].key.clone();
+        let error = format!("{}: {} (retries exhausted after {attempts} attempts)", retry.dependency, retry.message);
+        if key.as_ref().is_some_and(|k| !self.dead.has_room(k.len())) {
+            actions.push(Action::KeyDeadLettered { offset: first, records: 0, error, full: true });
+            return Err(retry);
+        }
+        self.attempts.remove(&first);
+        actions.push(Action::Failed {
+            offset: first,
+            attempts,
+            dependency: retry.dependency,
+            error: retry.message.clone(),
+            stalled: false,
+        });
+        let mut records = retry.records;
+        if let Some(key) = &key {
+            records.extend(match self.rules.batching {
+                Batching::PerRecord => self.lanes.take_key(key),
+                Batching::Batch { .. } => self.ordered.take_key(key),
+            });
+            self.dead.kill(key, first);
+            self.dead_changed = true;
+        }
+        let later = format!("its key is dead-lettered since offset {first}: {error}");
+        let dlq = &self.rules.dead_letters;
+        let done = records
+            .iter()
+            .map(|r| outcome::exhausted(r, dlq, if r.offset == first { &error } else { &later }))
+            .collect();
+        actions.push(Action::KeyDeadLettered { offset: first, records: records.len(), error, full: false });
+        self.finish(done, actions);
+        Ok(())
     }
 
     /// A backoff is over: the records go back to the front of their lane

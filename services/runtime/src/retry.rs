@@ -2,6 +2,33 @@
 
 use std::time::Duration;
 
+/// What happens when a record's retries reach the cap: the workload's
+/// choice ([`crate::Handler::retry_exhausted`]), not a deployment setting,
+/// because only the workload knows whether its keys may skip a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Exhausted {
+    /// The record's partition pauses and the service reports not-ready;
+    /// retries go on at the cap until the record gets through. For state
+    /// that must not skip a record (the DEX workload: a pool's swaps).
+    #[default]
+    PausePartition,
+    /// The record goes to the dead-letter topic with the reason, and so do
+    /// its key's later records of the partition, in offset order, unhandled,
+    /// until a record of the key redriven from the dead-letter topic arrives;
+    /// the partition's other keys and its committed offset move on. For
+    /// workloads whose keys are independent of each other.
+    DeadLetterKey,
+}
+
+impl Exhausted {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::PausePartition => "pause-partition",
+            Self::DeadLetterKey => "dead-letter-key",
+        }
+    }
+}
+
 /// How a transient failure is retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
@@ -9,8 +36,10 @@ pub struct RetryPolicy {
     pub initial: Duration,
     /// Cap on any single delay.
     pub max: Duration,
-    /// After this many attempts the record's partition pauses and the
-    /// service reports not-ready; retries go on at the cap (nothing is dropped).
+    /// After this many attempts the record's retries are exhausted: what
+    /// follows is the workload's [`Exhausted`] policy (by default its
+    /// partition pauses and the service reports not-ready while retries go
+    /// on at the cap; nothing is dropped).
     pub attempts_before_stall: u32,
 }
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use rdkafka::topic_partition_list::TopicPartitionList;
 use sluice_coord::generation::Expect;
 use sluice_service::admin;
 use tokio::sync::Semaphore;
@@ -19,6 +20,7 @@ use crate::outcome::DeadLetters;
 use crate::output::{self, KafkaSink};
 use crate::partition::Budget;
 use crate::recorded;
+use crate::retry::Exhausted;
 use crate::sink::SinkError;
 use crate::txn::Transactions;
 use crate::worker::Shared;
@@ -128,11 +130,24 @@ impl Runtime {
     ) -> Result<(), RuntimeError> {
         let handler = Arc::new(handler);
         let recorded = self.recorded.get().cloned().flatten();
-        let (txn, driver) = match self.start_transactions(&handler, recorded.clone()).await? {
+        let dead_book = Arc::new(recorded::DeadBook::default());
+        let stamp = {
+            let (handler, recorded, book) = (handler.clone(), recorded.clone(), dead_book.clone());
+            Box::new(move |tpl: &TopicPartitionList| {
+                let generation = handler.state_generation().or_else(|| recorded.clone());
+                recorded::stamp(tpl, generation.as_deref(), &book);
+            })
+        };
+        let (txn, driver) = match self.start_transactions(stamp).await? {
             Some((txn, driver)) => (Some(txn), Some(driver)),
             None => (None, None),
         };
-        let shared = self.shared(handler.clone(), txn.clone());
+        let committed = match handler.retry_exhausted() {
+            Exhausted::DeadLetterKey => Some(Arc::new(recorded::Committed::new(&self.config)?)),
+            Exhausted::PausePartition => None,
+        };
+        tracing::info!(policy = handler.retry_exhausted().as_str(), "What exhausted retries lead to");
+        let shared = self.shared(handler.clone(), txn.clone(), dead_book, committed);
         let (admin_stop, admin_stopped) = tokio::sync::oneshot::channel::<()>();
         let (admin_addr, admin_task) = self.serve_admin(&handler, admin_stopped).await?;
         let service = self.identity.service;
@@ -182,7 +197,13 @@ impl Runtime {
 
 impl Runtime {
     /// What every partition worker shares.
-    fn shared<H: Handler>(&self, handler: Arc<H>, txn: Option<Arc<Transactions>>) -> Arc<Shared<H>> {
+    fn shared<H: Handler>(
+        &self,
+        handler: Arc<H>,
+        txn: Option<Arc<Transactions>>,
+        dead_book: Arc<recorded::DeadBook>,
+        committed: Option<Arc<recorded::Committed>>,
+    ) -> Arc<Shared<H>> {
         Arc::new(Shared {
             handler,
             permits: Arc::new(Semaphore::new(self.config.concurrency)),
@@ -193,6 +214,8 @@ impl Runtime {
                 group: self.config.group_id.clone(),
             },
             retry: self.config.retry,
+            dead_book,
+            committed,
             budget: Budget {
                 max_records: self.config.max_in_flight_per_partition,
                 max_bytes: self.config.max_bytes_per_partition,
@@ -222,21 +245,17 @@ impl Runtime {
 
     /// Exactly-once mode: the transactional producer, initialised (which
     /// waits for Kafka's transaction coordinator), and its driver thread.
-    async fn start_transactions<H: Handler>(
+    async fn start_transactions(
         &self,
-        handler: &Arc<H>,
-        recorded: Option<String>,
+        stamp: crate::txn::Stamp,
     ) -> Result<Option<(Arc<Transactions>, std::thread::JoinHandle<()>)>, RuntimeError> {
         let Some(settings) = self.config.exactly_once.clone() else { return Ok(None) };
         let client = output::producer_config(&self.config.kafka);
         let topic: Arc<str> = Arc::from(self.config.input_topic.as_str());
         let metrics = self.metrics.clone();
-        let handler = handler.clone();
-        let generation = Box::new(move || handler.state_generation().or_else(|| recorded.clone()));
-        let started =
-            tokio::task::spawn_blocking(move || Transactions::start(client, settings, topic, metrics, generation))
-                .await
-                .map_err(|_| RuntimeError::ConsumerDied)??;
+        let started = tokio::task::spawn_blocking(move || Transactions::start(client, settings, topic, metrics, stamp))
+            .await
+            .map_err(|_| RuntimeError::ConsumerDied)??;
         Ok(Some(started))
     }
 }

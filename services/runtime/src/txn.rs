@@ -29,6 +29,7 @@ use std::time::Duration;
 use rdkafka::consumer::ConsumerGroupMetadata;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::topic_partition_list::TopicPartitionList;
 use rdkafka::{ClientConfig, ClientContext};
 use tokio::sync::watch;
 
@@ -93,8 +94,11 @@ pub(crate) struct Transactions {
     topic: Arc<str>,
     settings: ExactlyOnce,
     metrics: RuntimeMetrics,
-    generation: Box<dyn Fn() -> Option<String> + Send + Sync>,
+    stamp: Stamp,
 }
+
+/// Sets a transaction's offset commits' metadata ([`crate::recorded::stamp`]).
+pub(crate) type Stamp = Box<dyn Fn(&TopicPartitionList) + Send + Sync>;
 
 /// The open transaction, for one release by a worker: it stays open
 /// while this is held.
@@ -131,7 +135,7 @@ impl Transactions {
         settings: ExactlyOnce,
         topic: Arc<str>,
         metrics: RuntimeMetrics,
-        generation: Box<dyn Fn() -> Option<String> + Send + Sync>,
+        stamp: Stamp,
     ) -> Result<(Arc<Self>, std::thread::JoinHandle<()>), KafkaError> {
         let mut client = client;
         let timeout = settings.timeout.as_millis().to_string();
@@ -155,7 +159,7 @@ impl Transactions {
             topic,
             settings,
             metrics,
-            generation,
+            stamp,
         });
         let driver = txn.clone();
         let join = std::thread::Builder::new()

@@ -28,6 +28,7 @@ use crate::metrics::RuntimeMetrics;
 use crate::outcome::DeadLetters;
 use crate::output::{Group, KafkaSink, Output};
 use crate::partition::{Budget, Partition, Rules};
+use crate::recorded::{Committed, DeadBook};
 use crate::retry::RetryPolicy;
 use crate::slot::Slot;
 use crate::txn::{EpochRef, Transactions};
@@ -62,6 +63,11 @@ pub(crate) struct Shared<H> {
     pub txn: Option<Arc<Transactions>>,
     pub dead_letters: DeadLetters,
     pub retry: RetryPolicy,
+    /// Every partition's dead keys, for the commits.
+    pub dead_book: Arc<DeadBook>,
+    /// Under the dead-letter-key policy: where a new owner reads the dead
+    /// keys the partition's last commit recorded.
+    pub committed: Option<Arc<Committed>>,
     pub budget: Budget,
     pub metrics: RuntimeMetrics,
     pub health: Arc<Health>,
@@ -128,6 +134,7 @@ impl<H: Handler> Worker<H> {
             exactly_once: shared.txn.is_some(),
             budget: shared.budget,
             attempts_before_stall: shared.retry.attempts_before_stall,
+            exhausted: shared.handler.retry_exhausted(),
             dead_letters: shared.dead_letters.clone(),
         });
         let worker = Self {
@@ -149,8 +156,19 @@ impl<H: Handler> Worker<H> {
             owner: owner.clone(),
             reopened,
         };
-        runtime.spawn(worker.run());
+        runtime.spawn(worker.start());
         WorkerHandle { tx, slot, owner }
+    }
+
+    /// Restores the partition's dead keys, if its workload dead-letters
+    /// keys, then runs.
+    async fn start(mut self) {
+        if let Some(committed) = self.shared.committed.clone()
+            && self.restore_dead_keys(committed).await.is_break()
+        {
+            return;
+        }
+        self.run().await;
     }
 
     async fn run(mut self) {
@@ -311,6 +329,39 @@ impl<H: Handler> Worker<H> {
         m.stalled.sub(stalled as i64);
     }
 }
+
+impl<H: Handler> Worker<H> {
+    /// Before any record: the dead keys the partition's last commit
+    /// recorded, so its records are decided as the last owner decided them.
+    /// Retried until read (records wait meanwhile); breaks when the
+    /// partition is lost or let go of first.
+    async fn restore_dead_keys(&mut self, committed: Arc<Committed>) -> ControlFlow<()> {
+        let partition = self.partition;
+        loop {
+            let reader = committed.clone();
+            let read = tokio::task::spawn_blocking(move || reader.dead_keys(partition, RESTORE_TIMEOUT)).await;
+            match read {
+                Ok(Ok(dead)) => {
+                    if !dead.is_empty() {
+                        tracing::info!(partition, dead = %dead.encode(), "Dead keys restored from the last commit");
+                    }
+                    self.state.restore(dead);
+                    self.record_dead_keys();
+                    return ControlFlow::Continue(());
+                }
+                Ok(Err(e)) => tracing::warn!(partition, error = %e, "Reading the last commit's dead keys; retrying"),
+                Err(e) => tracing::warn!(partition, error = %e, "Reading the last commit's dead keys failed"),
+            }
+            if !self.owner.alive.load(Ordering::Acquire) || self.inbox.is_closed() {
+                return ControlFlow::Break(());
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+    }
+}
+
+/// How long one read of a partition's last commit may take.
+const RESTORE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The next transaction opening (never, outside exactly-once mode).
 async fn changed(reopened: &mut Option<watch::Receiver<u64>>) -> Option<Result<(), watch::error::RecvError>> {

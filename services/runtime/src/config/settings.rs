@@ -143,7 +143,7 @@ pub const RETRY_ATTEMPTS_BEFORE_STALL: Setting = Setting::new(
     "RETRY_ATTEMPTS_BEFORE_STALL",
     "attempts",
     Default::Value("10"),
-    "past this many attempts the partition pauses and `/ready` fails; retries go on",
+    "at this many attempts a record's retries are exhausted: its partition pauses and `/ready` fails while retries go on (the DEX's policy), or, where the workload chooses it, its key is dead-lettered (docs/runtime.md)",
     "about 20 s of backoff (50 ms doubling to 5 s): longer than a Redis failover, so a stall means an outage",
 );
 

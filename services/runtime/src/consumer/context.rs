@@ -267,9 +267,8 @@ impl<H: Handler> Ctx<H> {
     /// (the one found at start while the handler has none yet), so the
     /// commits never lose it.
     pub(super) fn stamp(&self, tpl: &TopicPartitionList) {
-        if let Some(generation) = self.shared.handler.state_generation().or_else(|| self.recorded.clone()) {
-            recorded::stamp(tpl, &generation);
-        }
+        let generation = self.shared.handler.state_generation().or_else(|| self.recorded.clone());
+        recorded::stamp(tpl, generation.as_deref(), &self.shared.dead_book);
     }
 
     /// Commits `tpl` synchronously and records the outcome.

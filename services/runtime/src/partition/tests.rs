@@ -22,6 +22,7 @@ fn rules(batching: Batching, exactly_once: bool) -> Rules {
         exactly_once,
         budget: Budget { max_records: 1_000, max_bytes: 1 << 20, resume_fraction: 0.5 },
         attempts_before_stall: 3,
+        exhausted: Exhausted::PausePartition,
         dead_letters: DeadLetters { topic: Arc::from("dlq"), group: "g".into() },
     }
 }
@@ -36,6 +37,7 @@ fn record(offset: i64, key: Option<&str>) -> Record {
         key: key.map(|k| k.as_bytes().to_vec()),
         payload: Some(offset.to_be_bytes().to_vec()),
         timestamp_ms: None,
+        redriven: false,
     }
 }
 
@@ -247,6 +249,129 @@ fn a_record_out_of_offset_order_is_refused_and_counted_as_finished() {
     assert_eq!((p.take_finished(), p.incomplete()), (1, 1));
 }
 
+fn dead_letter_key(batching: Batching) -> Partition {
+    Partition::new(Rules { exhausted: Exhausted::DeadLetterKey, ..rules(batching, false) })
+}
+
+/// Fails `unit` transiently until its retries run out (3 attempts): the
+/// actions of the last failure.
+fn exhaust(p: &mut Partition, mut unit: Vec<Record>) -> Vec<Action> {
+    for _ in 0..3 {
+        let mut actions = p.unit_done(unit.clone(), unit.iter().map(|_| transient()).collect());
+        let Some(i) = actions.iter().position(|a| matches!(a, Action::Backoff { .. })) else { return actions };
+        if p.stalled() > 0 {
+            return actions;
+        }
+        let Action::Backoff { records, .. } = actions.swap_remove(i) else { unreachable!() };
+        p.retry_due(records);
+        unit = p.start_unit();
+    }
+    panic!("retries never ran out")
+}
+
+fn kinds(actions: &[Action]) -> Vec<(i64, Option<&'static str>)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Done { offset, dead_letter, .. } => Some((*offset, *dead_letter)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn exhausted_retries_dead_letter_the_key_in_order_and_a_redriven_record_lifts_it() {
+    let mut p = dead_letter_key(Batching::PerRecord);
+    p.receive(vec![record(0, Some("a")), record(1, Some("a")), record(2, Some("b")), record(3, Some("a"))]);
+    let (a, b) = (p.start_unit(), p.start_unit());
+    assert_eq!((offsets(&a), offsets(&b)), (vec![0], vec![2]));
+    let mut groups = vec![sends(&p.unit_done(b.clone(), vec![ok(&b[0], 1)]))[0].0];
+    let actions = exhaust(&mut p, a);
+    assert!(
+        actions.iter().any(|a| matches!(a, Action::KeyDeadLettered { offset: 0, records: 3, full: false, .. })),
+        "{actions:?}"
+    );
+    let letters = sends(&actions);
+    assert_eq!(letters.iter().map(|(_, o)| o.clone()).collect::<Vec<_>>(), [vec![0, 1, 3]], "in offset order");
+    assert_eq!(
+        kinds(&actions),
+        [(0, Some("retry_exhausted")), (1, Some("retry_exhausted")), (3, Some("retry_exhausted"))]
+    );
+    groups.push(letters[0].0);
+    assert_eq!((p.stalled(), p.paused()), (0, false), "no stall: the partition moves on");
+    assert_eq!(p.take_dead_keys().as_deref(), Some("61@0-"));
+
+    // Later records of the dead key go straight to the dead-letter topic, unhandled.
+    let actions = p.receive(vec![record(4, Some("a")), record(5, Some("b"))]);
+    assert_eq!(kinds(&actions), [(4, Some("retry_exhausted"))]);
+    groups.push(sends(&actions)[0].0);
+    assert_eq!(offsets(&p.start_unit()), [5], "b goes on");
+
+    // A record of the key redriven from the dead-letter topic lifts it.
+    let redriven = Record { redriven: true, ..record(6, Some("a")) };
+    assert!(kinds(&p.receive(vec![redriven, record(7, Some("a"))])).is_empty());
+    p.unit_done(vec![record(5, Some("b"))], vec![ok(&record(5, Some("b")), 0)]);
+    for expected in [6, 7] {
+        let u = p.start_unit();
+        assert_eq!(offsets(&u), [expected], "handled again, in order");
+        p.unit_done(u.clone(), vec![ok(&u[0], 0)]);
+    }
+    assert_eq!(p.take_dead_keys().as_deref(), Some("61@0-6"), "kept while a replay may reach it");
+    for id in groups {
+        p.acknowledged(id, Vec::new());
+    }
+    assert_eq!(p.position(), Some(8));
+}
+
+#[test]
+fn a_batch_handlers_dead_key_takes_its_queued_records_along() {
+    let mut p = dead_letter_key(Batching::Batch { max_records: 2 });
+    p.receive((0..5).map(|o| record(o, Some(if o % 2 == 0 { "a" } else { "b" }))).collect());
+    let u = p.start_unit();
+    assert_eq!(offsets(&u), [0, 1]);
+    let results = vec![transient(), ok(&u[1], 0)];
+    let Some(Action::Backoff { records, .. }) =
+        p.unit_done(u, results).into_iter().find(|a| matches!(a, Action::Backoff { .. }))
+    else {
+        panic!("a backoff")
+    };
+    assert_eq!(offsets(&p.start_unit()), [3], "a is held, b goes on");
+    p.unit_done(vec![record(3, Some("b"))], vec![ok(&record(3, Some("b")), 0)]);
+    p.retry_due(records);
+    let u = p.start_unit();
+    let actions = exhaust(&mut p, u);
+    assert_eq!(kinds(&actions).iter().map(|k| k.0).collect::<Vec<_>>(), [0, 2, 4]);
+    assert!(p.start_unit().is_empty(), "nothing of a is left to handle");
+}
+
+#[test]
+fn a_new_owner_decides_as_the_last_one_from_the_dead_keys_it_restores() {
+    let mut p = dead_letter_key(Batching::PerRecord);
+    p.restore(DeadKeys::decode("61@2-").unwrap());
+    let actions = p.receive(vec![record(1, Some("a")), record(2, Some("a")), record(3, Some("b"))]);
+    assert_eq!(kinds(&actions), [(2, Some("retry_exhausted"))], "1 came before the exhaustion");
+    assert_eq!(offsets(&p.start_unit()), [1]);
+    assert_eq!(offsets(&p.start_unit()), [3]);
+}
+
+#[test]
+fn with_no_room_left_for_a_dead_key_the_partition_stalls_instead() {
+    let mut full = DeadKeys::default();
+    let mut n = 0;
+    while full.has_room(1) {
+        full.kill(format!("{n:040}").as_bytes(), n);
+        n += 1;
+    }
+    let mut p = dead_letter_key(Batching::PerRecord);
+    p.restore(full);
+    p.receive(vec![record(1_000_000, Some("z"))]);
+    let u = p.start_unit();
+    let actions = exhaust(&mut p, u);
+    assert!(actions.iter().any(|a| matches!(a, Action::KeyDeadLettered { full: true, .. })), "{actions:?}");
+    assert!(actions.iter().any(|a| matches!(a, Action::Backoff { .. })), "it keeps retrying");
+    assert_eq!((p.stalled(), p.paused()), (1, true));
+}
+
 /// A resend the driver holds: outputs, the records they complete, attempts.
 type Resend = (Vec<Output>, Vec<(i64, usize)>, u32);
 
@@ -299,14 +424,17 @@ struct Driver {
     released: HashMap<Option<Vec<u8>>, i64>,
     /// Exactly-once: the position the last release reached.
     committed: i64,
+    /// Keys dead-lettered since their retries ran out: none of their later
+    /// records may start.
+    dead: BTreeSet<Vec<u8>>,
 }
 
 impl Driver {
-    fn new(batching: Batching, exactly_once: bool, keys: &[Option<u8>]) -> Self {
+    fn new(batching: Batching, exactly_once: bool, exhausted: Exhausted, keys: &[Option<u8>]) -> Self {
         let names = ["a", "b", "c"];
         let input = keys.iter().enumerate().map(|(o, k)| record(o as i64, k.map(|k| names[k as usize]))).collect();
         Self {
-            p: Partition::new(rules(batching, exactly_once)),
+            p: Partition::new(Rules { exhausted, ..rules(batching, exactly_once) }),
             exactly_once,
             input,
             received: 0,
@@ -317,6 +445,7 @@ impl Driver {
             done: BTreeSet::new(),
             released: HashMap::new(),
             committed: 0,
+            dead: BTreeSet::new(),
         }
     }
 
@@ -394,6 +523,11 @@ impl Driver {
                 );
             }
             prop_assert!(
+                r.key.as_ref().is_none_or(|k| !self.dead.contains(k)),
+                "record {} of a dead-lettered key started",
+                r.offset
+            );
+            prop_assert!(
                 !self.running.iter().flatten().any(|u| u.key == r.key),
                 "two units of one key at once ({})",
                 r.offset
@@ -457,7 +591,11 @@ impl Driver {
                 Action::Done { offset, .. } => {
                     prop_assert!(self.done.insert(offset), "{offset} done twice");
                 }
+                Action::KeyDeadLettered { offset, full: false, .. } => {
+                    self.dead.extend(self.key(offset));
+                }
                 Action::Failed { .. } | Action::Unstalled { .. } | Action::OutOfOrder(_) => {}
+                Action::KeyDeadLettered { .. } => {}
             }
         }
         Ok(())
@@ -525,10 +663,12 @@ proptest! {
     fn any_interleaving_keeps_key_order_and_commits_only_what_is_complete(
         batching in batching(),
         exactly_once in any::<bool>(),
+        dead_letter_key in any::<bool>(),
         keys in prop::collection::vec(prop::option::weighted(0.85, 0u8..3), 1..24),
         steps in prop::collection::vec(step(), 0..120),
     ) {
-        let mut d = Driver::new(batching, exactly_once, &keys);
+        let exhausted = if dead_letter_key { Exhausted::DeadLetterKey } else { Exhausted::PausePartition };
+        let mut d = Driver::new(batching, exactly_once, exhausted, &keys);
         for s in steps {
             d.step(s)?;
         }

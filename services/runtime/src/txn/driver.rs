@@ -13,7 +13,6 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use super::state::{Closing, Positions, Step, TxnError, Verdict, verdict};
 use super::{Transactions, TxnFailed};
 use crate::metrics::TxnOutcome;
-use crate::recorded;
 
 /// How a transaction ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,9 +187,7 @@ impl Transactions {
             for (p, (_, offset)) in dirty {
                 let _ = tpl.add_partition_offset(&self.topic, *p, Offset::Offset(*offset));
             }
-            if let Some(generation) = (self.generation)() {
-                recorded::stamp(&tpl, &generation);
-            }
+            (self.stamp)(&tpl);
             let timeout = self.settings.timeout;
             let sent = self.retrying(Step::Offsets, || producer.send_offsets_to_transaction(&tpl, &group, timeout));
             if let Err(ended) = sent {

@@ -103,6 +103,9 @@ impl<H: Handler> Worker<H> {
                 Action::Failed { offset, attempts, dependency, error, stalled } => {
                     self.failed(offset, attempts, dependency, &error, stalled)
                 }
+                Action::KeyDeadLettered { offset, records, error, full } => {
+                    self.key_dead_lettered(offset, records, &error, full)
+                }
                 Action::Unstalled { offset } => {
                     tracing::info!(partition = self.partition, offset, "The stalled record got through; resuming");
                     self.shared.health.stalled.fetch_sub(1, Ordering::Relaxed);
@@ -113,6 +116,16 @@ impl<H: Handler> Worker<H> {
                     tracing::error!(partition = self.partition, error = %e, "Offset out of order; record ignored");
                 }
             }
+        }
+        self.record_dead_keys();
+    }
+
+    /// The partition's dead keys into the book the commits read, as soon as
+    /// they change: before any release into a transaction or position
+    /// published after this step.
+    pub(super) fn record_dead_keys(&mut self) {
+        if let Some(dead) = self.state.take_dead_keys() {
+            self.shared.dead_book.record(self.partition, self.owner.epoch, dead);
         }
     }
 
@@ -135,9 +148,32 @@ impl<H: Handler> Worker<H> {
         );
     }
 
+    /// A key's retries ran out under the dead-letter-key policy.
+    fn key_dead_lettered(&mut self, offset: i64, records: usize, error: &str, full: bool) {
+        let partition = self.partition;
+        if full {
+            tracing::error!(
+                partition,
+                offset,
+                error,
+                "Retries ran out, but the commit metadata has no room for another dead key; stalling the partition"
+            );
+            return;
+        }
+        tracing::warn!(
+            partition,
+            offset,
+            records,
+            error,
+            "Retries ran out: the key is dead-lettered from here until a redrive of it (sluice-ops dlq redrive)"
+        );
+    }
+
     /// What the partition decided, told to the consumer thread: records
-    /// finished, the position it may commit, whether to pause.
+    /// finished, the dead keys and then the position it may commit, whether
+    /// to pause.
     pub(super) fn sync(&mut self) {
+        self.record_dead_keys();
         let finished = self.state.take_finished();
         if finished > 0 {
             self.slot.add_finished(finished);

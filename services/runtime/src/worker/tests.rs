@@ -49,6 +49,8 @@ fn shared(handler: Fake, retry: RetryPolicy) -> Arc<Shared<Fake>> {
         txn: None,
         dead_letters: DeadLetters { topic: Arc::from("dlq"), group: "g".into() },
         retry,
+        dead_book: Default::default(),
+        committed: None,
         budget: Budget { max_records: 100, max_bytes: 1 << 20, resume_fraction: 0.5 },
         metrics,
         health: Arc::new(Health::default()),
@@ -63,6 +65,7 @@ fn record(offset: i64, key: &str) -> Record {
         key: Some(key.as_bytes().to_vec()),
         payload: Some(vec![0; 8]),
         timestamp_ms: None,
+        redriven: false,
     }
 }
 
