@@ -366,12 +366,19 @@ def dockerfile_checks(objects):
                   f"{target}: the source stage builds the workspace binary it runs ({built})")
 
 
-def ops_job_checks(args, rendered):
+def ops_job_checks(args, rendered, crd_schemas):
     """sluice-ops as a Job: off by default; when on, in the processor image (whose Dockerfile
     target carries the binary), with the processors' Kafka settings, credentials and TLS
-    files, run once, egress to Kafka only; an empty or unknown command refused at render."""
+    files, run once, egress to Kafka only; an empty or unknown command refused at render.
+    Not a ci/ scenario: a cluster install would run the Job against that file's made-up
+    brokers (test_pods.py runs it against the real one)."""
     check(not find(rendered.get("defaults", []), "Job"), "ops.job: no Job by default")
-    objects = rendered.get("ops-job", [])
+    on = ["-f", str(CHART / "ci" / "sasl-tls-values.yaml"), "--set", "ops.job.enabled=true",
+          "--set-json", 'ops.job.args=["dlq","redrive","--key","pool-1"]', "--set", "ops.job.json=true"]
+    lint = helm(args, "lint", str(CHART), "--strict", *on)
+    check(lint.returncode == 0, "ops.job: helm lint --strict" + ("" if lint.returncode == 0 else f"\n{lint.stdout}{lint.stderr}"))
+    objects = render(args, *on)
+    validate(args, crd_schemas, "ops.job", objects)
     jobs, processor = find(objects, "Job", "-ops-1"), find(objects, "Deployment", "-processor")
     if not check(len(jobs) == 1 and len(processor) == 1, "ops.job.enabled: one Job, named by the release revision"):
         return
@@ -608,10 +615,6 @@ def render_scenarios(args, crd_schemas):
     scenarios = {"defaults": []}
     for values in sorted((CHART / "ci").glob("*-values.yaml")):
         scenarios[values.name.removesuffix("-values.yaml")] = ["-f", str(values)]
-    # Rendered and validated here, not a ci/ file: a cluster install would run the Job against
-    # the scenario's made-up brokers (test_pods.py runs it against the real one).
-    scenarios["ops-job"] = ["-f", str(CHART / "ci" / "sasl-tls-values.yaml"), "--set", "ops.job.enabled=true",
-                            "--set-json", 'ops.job.args=["dlq","redrive","--key","pool-1"]', "--set", "ops.job.json=true"]
     rendered = {}
     for scenario, extra in scenarios.items():
         lint = helm(args, "lint", str(CHART), "--strict", *extra)
@@ -622,28 +625,33 @@ def render_scenarios(args, crd_schemas):
         except RuntimeError as e:
             check(False, f"{scenario}: helm template: {e}")
     for scenario, objects in rendered.items():
-        for obj in objects:
-            what = f"{scenario}: {obj['kind']} {obj['metadata']['name']} is valid"
-            key = (obj["apiVersion"], obj["kind"])
-            try:
-                if key in crd_schemas:
-                    jsonschema.validate(obj, crd_schemas[key])
-                    check(True, what + f" ({key[0]} CRD schema)")
-                else:
-                    # The oldest Kubernetes the chart claims (Chart.yaml's kubeVersion) and the
-                    # newest it is run on (test.sh kubernetes): the objects fit both.
-                    for version in args.kube_versions:
-                        kubernetes_validate.validate(obj, version, True)
-                    check(True, what + f" (Kubernetes {' and '.join(args.kube_versions)}, strict)")
-            except (jsonschema.ValidationError, kubernetes_validate.ValidationError) as e:
-                check(False, f"{what}: {str(e).splitlines()[0]}")
-            except kubernetes_validate.SchemaNotFoundError as e:
-                check(False, f"{what}: no schema ({e})")
+        validate(args, crd_schemas, scenario, objects)
         workload_checks(scenario, objects)
         scaled = find(objects, "ScaledObject")
         check(all(s["spec"]["scaleTargetRef"]["name"].endswith("-processor") for s in scaled),
               f"{scenario}: the scheduler and the ingest are never KEDA targets")
     return rendered
+
+
+def validate(args, crd_schemas, scenario, objects):
+    """Every object against its schema: a CRD's, or the Kubernetes API's (strict)."""
+    for obj in objects:
+        what = f"{scenario}: {obj['kind']} {obj['metadata']['name']} is valid"
+        key = (obj["apiVersion"], obj["kind"])
+        try:
+            if key in crd_schemas:
+                jsonschema.validate(obj, crd_schemas[key])
+                check(True, what + f" ({key[0]} CRD schema)")
+            else:
+                # The oldest Kubernetes the chart claims (Chart.yaml's kubeVersion) and the
+                # newest it is run on (test.sh kubernetes): the objects fit both.
+                for version in args.kube_versions:
+                    kubernetes_validate.validate(obj, version, True)
+                check(True, what + f" (Kubernetes {' and '.join(args.kube_versions)}, strict)")
+        except (jsonschema.ValidationError, kubernetes_validate.ValidationError) as e:
+            check(False, f"{what}: {str(e).splitlines()[0]}")
+        except kubernetes_validate.SchemaNotFoundError as e:
+            check(False, f"{what}: no schema ({e})")
 
 
 def keda_checks(args, rendered):
@@ -945,7 +953,7 @@ def main():
     lag_checks(args, rendered)
     external_scaler_checks(args, rendered)
     dockerfile_checks(rendered.get("demo", []))
-    ops_job_checks(args, rendered)
+    ops_job_checks(args, rendered, crd_schemas)
 
     demo = rendered.get("demo", [])
     env = container_env(find(demo, "Deployment", "-scheduler")[0]) if demo else {}
