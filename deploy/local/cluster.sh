@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A Kubernetes cluster of one node on this machine for the chart's tests and the demo, from
 # the released Go modules: etcd, kube-apiserver (with the aggregation layer), kube-controller-
-# manager (the deployment, replicaset, HPA, disruption, endpointslice, node-lifecycle, garbage-
-# collector, namespace and service-account controllers), kube-scheduler, and KEDA's operator,
+# manager (the deployment, replicaset, job, ttl-after-finished, HPA, disruption, endpointslice,
+# node-lifecycle, garbage-collector, namespace and service-account controllers), kube-scheduler, and KEDA's operator,
 # metrics adapter (serving external.metrics.k8s.io) and admission webhooks, with KEDA's and
 # prometheus-operator's CRDs installed; and a node: a kubelet from the same k8s.io/kubernetes
 # module on Debian's containerd, runc and CNI bridge (cluster/node.sh). What the node changes on

@@ -199,7 +199,10 @@ def ops_job(c):
     try:
         wait(f"ops job: {name} finished", finished, 120, interval=1)
     except TimeoutError as e:
-        check(False, str(e))
+        job = c.kube.get_or_none(path)
+        pods = c.kube.get(f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector=job-name%3D{name}")["items"]
+        states = [(p["metadata"]["name"], p["status"].get("phase"), p["status"].get("containerStatuses")) for p in pods]
+        check(False, f"{e}: the Job {'is missing' if job is None else job.get('status')}; its pods {states}")
         return
     pods = c.kube.get(f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector=job-name%3D{name}")["items"]
     log = c.kube.request("GET", f"/api/v1/namespaces/{NAMESPACE}/pods/{pods[0]['metadata']['name']}/log") if pods else ""

@@ -191,7 +191,7 @@ start_control_plane() {
   wait_until "kube-apiserver's /readyz on 127.0.0.1:$PORT" 90 kube-apiserver api_ready
   start kube-controller-manager --kubeconfig "$KUBECONFIG_FILE" \
     --authentication-kubeconfig "$KUBECONFIG_FILE" --authorization-kubeconfig "$KUBECONFIG_FILE" \
-    --controllers deployment,replicaset,horizontalpodautoscaling,serviceaccount,garbagecollector,namespace,nodelifecycle,taint-eviction-controller,disruption,endpointslice,podgc,root-ca-cert-publisher \
+    --controllers deployment,replicaset,job,ttl-after-finished,horizontalpodautoscaling,serviceaccount,garbagecollector,namespace,nodelifecycle,taint-eviction-controller,disruption,endpointslice,podgc,root-ca-cert-publisher \
     --leader-elect=false --secure-port 0 --profiling=false \
     --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt"
 }
