@@ -34,9 +34,9 @@ BASE_PACKAGES=(libc6 libgcc-s1 libssl3 ca-certificates netbase tzdata)
 # cargo's binary of each service (the image's file is sluice-<service>).
 declare -A CARGO_BIN=([processor]=processor [scheduler]=sluice-scheduler [ingest]=sluice-ingest [lag]=sluice-lag [chainsim]=chainsim)
 declare -A CARGO_PACKAGE=([processor]=sluice-processor [scheduler]=sluice-scheduler [ingest]=sluice-ingest [lag]=sluice-lag [chainsim]=sluice-chainsim)
-# Binaries an image carries besides its service's: the processor image has the operator's CLI.
+# Binaries an image carries besides its service's, each from the package of its name: the
+# processor image has the operator's CLI.
 declare -A EXTRA_BIN=([processor]=sluice-ops)
-declare -A EXTRA_PACKAGE=([sluice-ops]=sluice-ops)
 
 die() { printf 'images: error: %s\n' "$*" >&2; exit 1; }
 usage() { sed -n '2,27s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
@@ -126,7 +126,7 @@ gather_binaries() { # context
     local args=() target
     for service in "${services[@]}"; do
       args+=(-p "${CARGO_PACKAGE[$service]}" --bin "${CARGO_BIN[$service]}")
-      for extra in ${EXTRA_BIN[$service]:-}; do args+=(-p "${EXTRA_PACKAGE[$extra]}" --bin "$extra"); done
+      for extra in ${EXTRA_BIN[$service]:-}; do args+=(-p "$extra" --bin "$extra"); done
     done
     echo "building the binaries with cargo (--profile $profile)" >&2
     (cd "$REPO_ROOT" && cargo build --locked -q --profile "$( [[ $profile == debug ]] && echo dev || echo release)" "${args[@]}") \

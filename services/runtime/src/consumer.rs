@@ -48,7 +48,6 @@ pub(crate) fn start<H: Handler>(
     shared: Arc<Shared<H>>,
     metrics: RuntimeMetrics,
     health: Arc<Health>,
-    recorded: Option<String>,
 ) -> KafkaResult<ConsumerThread> {
     let ctx = Ctx {
         topic: Arc::from(config.input_topic.as_str()),
@@ -60,7 +59,6 @@ pub(crate) fn start<H: Handler>(
         drain_deadline: config.drain_deadline,
         metrics,
         health,
-        recorded,
     };
     let consumer: BaseConsumer<Ctx<H>> = config.consumer_client().create_with_context(ctx)?;
     consumer.subscribe(&[&config.input_topic])?;

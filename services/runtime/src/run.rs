@@ -132,13 +132,13 @@ impl Runtime {
         let recorded = self.recorded.get().cloned().flatten();
         let dead_book = Arc::new(recorded::DeadBook::default());
         let stamp = {
-            let (handler, recorded, book) = (handler.clone(), recorded.clone(), dead_book.clone());
-            Box::new(move |tpl: &TopicPartitionList| {
+            let (handler, book) = (handler.clone(), dead_book.clone());
+            Arc::new(move |tpl: &TopicPartitionList| {
                 let generation = handler.state_generation().or_else(|| recorded.clone());
                 recorded::stamp(tpl, generation.as_deref(), &book);
-            })
+            }) as crate::txn::Stamp
         };
-        let (txn, driver) = match self.start_transactions(stamp).await? {
+        let (txn, driver) = match self.start_transactions(stamp.clone()).await? {
             Some((txn, driver)) => (Some(txn), Some(driver)),
             None => (None, None),
         };
@@ -147,14 +147,14 @@ impl Runtime {
             Exhausted::PausePartition => None,
         };
         tracing::info!(policy = handler.retry_exhausted().as_str(), "What exhausted retries lead to");
-        let shared = self.shared(handler.clone(), txn.clone(), dead_book, committed);
+        let shared = self.shared(handler.clone(), txn.clone(), dead_book, stamp, committed);
         let (admin_stop, admin_stopped) = tokio::sync::oneshot::channel::<()>();
         let (admin_addr, admin_task) = self.serve_admin(&handler, admin_stopped).await?;
         let service = self.identity.service;
         tracing::info!(%admin_addr, topic = %self.config.input_topic, group = %self.config.group_id, service, "Running");
         started(RuntimeHandle { admin_addr, health: self.health.clone() });
 
-        let thread = consumer::start(&self.config, shared, self.metrics.clone(), self.health.clone(), recorded)?;
+        let thread = consumer::start(&self.config, shared, self.metrics.clone(), self.health.clone())?;
         let died = {
             let join = &thread.join;
             async move {
@@ -202,6 +202,7 @@ impl Runtime {
         handler: Arc<H>,
         txn: Option<Arc<Transactions>>,
         dead_book: Arc<recorded::DeadBook>,
+        stamp: crate::txn::Stamp,
         committed: Option<Arc<recorded::Committed>>,
     ) -> Arc<Shared<H>> {
         Arc::new(Shared {
@@ -215,6 +216,7 @@ impl Runtime {
             },
             retry: self.config.retry,
             dead_book,
+            stamp,
             committed,
             budget: Budget {
                 max_records: self.config.max_in_flight_per_partition,

@@ -98,7 +98,8 @@ pub(crate) struct Transactions {
 }
 
 /// Sets a transaction's offset commits' metadata ([`crate::recorded::stamp`]).
-pub(crate) type Stamp = Box<dyn Fn(&TopicPartitionList) + Send + Sync>;
+/// One for the whole runtime: the consumer's own commits use it too.
+pub(crate) type Stamp = Arc<dyn Fn(&TopicPartitionList) + Send + Sync>;
 
 /// The open transaction, for one release by a worker: it stays open
 /// while this is held.

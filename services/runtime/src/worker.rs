@@ -65,6 +65,9 @@ pub(crate) struct Shared<H> {
     pub retry: RetryPolicy,
     /// Every partition's dead keys, for the commits.
     pub dead_book: Arc<DeadBook>,
+    /// Sets every offset commit's metadata (the state generation, the dead
+    /// keys), the consumer's and the transactions' alike.
+    pub stamp: crate::txn::Stamp,
     /// Under the dead-letter-key policy: where a new owner reads the dead
     /// keys the partition's last commit recorded.
     pub committed: Option<Arc<Committed>>,

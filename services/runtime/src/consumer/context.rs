@@ -17,7 +17,6 @@ use crate::handler::Handler;
 use crate::health::Health;
 use crate::intake::Intake;
 use crate::metrics::{CommitResult, RebalanceKind, RuntimeMetrics};
-use crate::recorded;
 use crate::txn::{EpochRef, Transactions};
 use crate::worker::{Shared, Worker, WorkerHandle, WorkerMsg};
 
@@ -34,9 +33,6 @@ pub(crate) struct Ctx<H> {
     pub(super) drain_deadline: Duration,
     pub(super) metrics: RuntimeMetrics,
     pub(super) health: Arc<Health>,
-    /// The generation the group's commits recorded at start: what commits
-    /// carry until the handler reports its own.
-    pub(super) recorded: Option<String>,
 }
 
 impl<H: Handler> ClientContext for Ctx<H> {
@@ -263,12 +259,11 @@ impl<H: Handler> Ctx<H> {
         }
     }
 
-    /// Records the handler's state generation with the commit of `tpl`
-    /// (the one found at start while the handler has none yet), so the
-    /// commits never lose it.
+    /// The commit of `tpl` carries what every commit carries
+    /// ([`crate::recorded::stamp`]: the handler's state generation, or the
+    /// one found at start while it has none yet, and the dead keys).
     pub(super) fn stamp(&self, tpl: &TopicPartitionList) {
-        let generation = self.shared.handler.state_generation().or_else(|| self.recorded.clone());
-        recorded::stamp(tpl, generation.as_deref(), &self.shared.dead_book);
+        (self.shared.stamp)(tpl);
     }
 
     /// Commits `tpl` synchronously and records the outcome.

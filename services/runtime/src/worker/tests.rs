@@ -50,6 +50,7 @@ fn shared(handler: Fake, retry: RetryPolicy) -> Arc<Shared<Fake>> {
         dead_letters: DeadLetters { topic: Arc::from("dlq"), group: "g".into() },
         retry,
         dead_book: Default::default(),
+        stamp: Arc::new(|_: &rdkafka::TopicPartitionList| {}),
         committed: None,
         budget: Budget { max_records: 100, max_bytes: 1 << 20, resume_fraction: 0.5 },
         metrics,
