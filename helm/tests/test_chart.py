@@ -369,7 +369,8 @@ def dockerfile_checks(objects):
 def ops_job_checks(args, rendered, crd_schemas):
     """sluice-ops as a Job: off by default; when on, in the processor image (whose Dockerfile
     target carries the binary), with the processors' Kafka settings, credentials and TLS
-    files, run once, egress to Kafka only; an empty or unknown command refused at render.
+    files and Redis, and the chain node's URL (rebuild), run once, egress to what the
+    processors reach; an empty or unknown command refused at render.
     Not a ci/ scenario: a cluster install would run the Job against that file's made-up
     brokers (test_pods.py runs it against the real one)."""
     check(not find(rendered.get("defaults", []), "Job"), "ops.job: no Job by default")
@@ -390,18 +391,25 @@ def ops_job_checks(args, rendered, crd_schemas):
           f"ops.job: sluice-ops in the processor's image with the args given ({c['image']} {c.get('args')})")
     env, penv = {e["name"]: e for e in c["env"]}, container_env(processor[0])
     shared = ["SLUICE_PROCESSOR_KAFKA_BROKERS", "SLUICE_PROCESSOR_GROUP_ID", "SLUICE_PROCESSOR_INPUT_TOPIC",
-              "SLUICE_PROCESSOR_DLQ_TOPIC", "SLUICE_PROCESSOR_KAFKA_SASL_USERNAME", "SLUICE_PROCESSOR_KAFKA_SASL_PASSWORD"]
-    check(all(env.get(k) == penv.get(k) for k in shared) and "ssl.ca.location" in env["SLUICE_PROCESSOR_KAFKA_PROPERTIES"]["value"]
+              "SLUICE_PROCESSOR_DLQ_TOPIC", "SLUICE_PROCESSOR_KAFKA_SASL_USERNAME", "SLUICE_PROCESSOR_KAFKA_SASL_PASSWORD",
+              "SLUICE_PROCESSOR_REDIS_URL", "SLUICE_PROCESSOR_REDIS_PREFIX"]
+    check(all(k in env and env.get(k) == penv.get(k) for k in shared)
+          and "ssl.ca.location" in env["SLUICE_PROCESSOR_KAFKA_PROPERTIES"]["value"]
           and c.get("volumeMounts") == p.get("volumeMounts") and pod.get("volumes") == deployment_pod.get("volumes"),
-          "ops.job: the processors' brokers, group, topics, SASL credentials and TLS files")
+          "ops.job: the processors' brokers, group, topics, SASL credentials, TLS files and Redis")
+    scheduler_env = container_env(find(objects, "Deployment", "-scheduler")[0])
+    check(env.get("SLUICE_OPS_CHAIN_URL", {}).get("value") == scheduler_env["SLUICE_SCHEDULER_CHAIN_URL"]["value"],
+          "ops.job: the chain node the scheduler queries (rebuild)")
     check(job["spec"]["backoffLimit"] == 0 and pod["restartPolicy"] == "Never"
           and pod["securityContext"].get("runAsNonRoot") is True
           and c["securityContext"].get("readOnlyRootFilesystem") is True,
           "ops.job: runs once (no blind retry of a write), non-root, read-only root")
-    policy = find(objects, "NetworkPolicy", "-ops")
-    outs = {q["port"] for rule in policy[0]["spec"]["egress"] for q in rule["ports"]} if policy else set()
-    check(len(policy) == 1 and policy[0]["spec"]["ingress"] == [] and outs == {53, 9093},
-          f"ops.job: a NetworkPolicy with nothing in and only DNS and Kafka out ({sorted(outs)})")
+    def egress(component):
+        policy = find(objects, "NetworkPolicy", f"-{component}")
+        return policy, ({q["port"] for rule in policy[0]["spec"]["egress"] for q in rule["ports"]} if policy else set())
+    (policy, outs), (_, processor_outs) = egress("ops"), egress("processor")
+    check(len(policy) == 1 and policy[0]["spec"]["ingress"] == [] and outs == processor_outs and 9093 in outs,
+          f"ops.job: a NetworkPolicy with nothing in and only DNS, Kafka, Redis and the chain node out ({sorted(outs)})")
     stages = dockerfile_stages((CHART.parent.parent / "deploy" / "images" / "Dockerfile").read_text())
     source, target = " ".join(stages["source"][1]), stages["processor"][1]
     check("--bin sluice-ops" in source and "target/release/sluice-ops" in source

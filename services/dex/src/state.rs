@@ -85,6 +85,37 @@ pub fn apply_command(sha: &str, prefix: &str, apply: &Apply<'_>, audit: bool) ->
     cmd
 }
 
+/// The `HSET` that writes a pool's whole state as the chain reports it (`GetPool`), the
+/// way the apply script leaves the hash after the state's last swap; `None` for a pool
+/// never swapped (the processors leave it without a hash).
+pub fn put_command(prefix: &str, wire: &sluice_core::dex::PoolState) -> Option<redis::Cmd> {
+    let seq = wire.last_applied?;
+    let mut cmd = redis::cmd("HSET");
+    cmd.arg(pool_key(prefix, &wire.pool))
+        .arg("slot")
+        .arg(seq.slot)
+        .arg("tx")
+        .arg(seq.tx_index)
+        .arg("ix")
+        .arg(seq.ix_index)
+        .arg("reserve_a")
+        .arg(wire.reserve_a)
+        .arg("reserve_b")
+        .arg(wire.reserve_b)
+        .arg("last_price_ticks")
+        .arg(wire.last_price_ticks)
+        .arg("swaps_applied")
+        .arg(wire.swaps_applied)
+        .arg("price")
+        .arg(format!("{:.12}", wire.price))
+        .arg("venue")
+        .arg(wire.venue);
+    if !wire.sqrt_price_x64.is_empty() {
+        cmd.arg("sqrt_price_x64").arg(&wire.sqrt_price_x64);
+    }
+    Some(cmd)
+}
+
 /// The SHA1 Redis gives a script (what `EVALSHA` names it by).
 pub fn script_sha(source: &str) -> String {
     redis::Script::new(source).get_hash().to_string()

@@ -37,6 +37,18 @@ impl KafkaConfig {
         config
     }
 
+    /// An assigned reader's config (no group membership, nothing committed): `read_committed`,
+    /// and each partition's end reported. `group` only names the client to the broker.
+    pub fn reader(&self, group: &str) -> ClientConfig {
+        let mut config = self.client();
+        config
+            .set("group.id", group)
+            .set("isolation.level", "read_committed")
+            .set("enable.partition.eof", "true")
+            .set("enable.auto.commit", "false");
+        config
+    }
+
     /// A producer config that never loses or reorders an acknowledged record:
     /// idempotent, `acks=all`, with small batching for pipelined sends.
     /// Pass-through properties still win.

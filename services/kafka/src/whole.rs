@@ -53,14 +53,7 @@ pub enum ReadError {
 /// Blocking: call it off the async workers.
 pub fn read_whole(kafka: &KafkaConfig, topic: &str, limit: Duration) -> Result<Vec<Record>, ReadError> {
     let fail = |source| ReadError::Kafka { topic: topic.to_string(), source };
-    let consumer: BaseConsumer = kafka
-        .client()
-        .set("group.id", format!("{topic}.reader"))
-        .set("isolation.level", "read_committed")
-        .set("enable.partition.eof", "true")
-        .set("enable.auto.commit", "false")
-        .create()
-        .map_err(fail)?;
+    let consumer: BaseConsumer = kafka.reader(&format!("{topic}.reader")).create().map_err(fail)?;
     let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).map_err(fail)?;
     let partitions = metadata
         .topics()

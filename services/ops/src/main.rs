@@ -13,6 +13,7 @@ use sluice_kafka::KafkaConfig;
 use sluice_kafka::whole::read_whole;
 use sluice_ops::letters::DeadLetter;
 use sluice_ops::offsets::{self, Target};
+use sluice_ops::rebuild;
 use sluice_ops::redrive::{self, Ledger, Redriver};
 use sluice_ops::select::{Selection, Summary, summarize};
 use sluice_ops::time;
@@ -21,7 +22,7 @@ use sluice_ops::time;
 #[command(
     name = "sluice-ops",
     version,
-    about = "What an operator does after something went wrong: dead letters inspected and redriven, offsets shown and reset."
+    about = "What an operator does after something went wrong: dead letters inspected and redriven, offsets shown and reset, the DEX state rebuilt."
 )]
 struct Cli {
     #[command(flatten)]
@@ -64,6 +65,33 @@ enum Command {
     /// The processors' committed offsets on the input topic.
     #[command(subcommand)]
     Offsets(Offsets),
+    /// Rebuilds the DEX's pool state from the chain's pools at a slot plus a replay of the
+    /// input topic from there, beside the live state; checks it against the chain and
+    /// switches it in at once. A dry run (the plan) unless --execute.
+    Rebuild(RebuildArgs),
+}
+
+#[derive(Debug, Args)]
+struct RebuildArgs {
+    /// Take the chain's pools after this slot (default: the chain's head, which needs the
+    /// shortest replay; an older slot needs the topic to still hold the records after it).
+    #[arg(long)]
+    at_slot: Option<u64>,
+    /// The chain node's gRPC endpoint.
+    #[arg(long, env = "SLUICE_OPS_CHAIN_URL")]
+    chain_url: Option<String>,
+    /// The Redis the processors' state lives in.
+    #[arg(long, env = "SLUICE_PROCESSOR_REDIS_URL")]
+    redis_url: Option<String>,
+    /// The processors' key prefix (SLUICE_PROCESSOR_REDIS_PREFIX, default sluice:).
+    #[arg(long)]
+    redis_prefix: Option<String>,
+    /// How long each replay to the topic's end may take, in seconds.
+    #[arg(long, default_value_t = 1800)]
+    replay_timeout: u64,
+    /// Rebuild and switch (without it: say what would be done, and change nothing).
+    #[arg(long)]
+    execute: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -168,6 +196,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
     match &cli.command {
         Command::Dlq(dlq) => run_dlq(cli, &kafka, dlq),
         Command::Offsets(offsets) => run_offsets(cli, &kafka, offsets),
+        Command::Rebuild(args) => run_rebuild(cli, kafka, args),
     }
 }
 
@@ -249,6 +278,85 @@ fn run_offsets(cli: &Cli, kafka: &KafkaConfig, command: &Offsets) -> anyhow::Res
         "consequences": offsets::consequences(&moves), "refused": refused,
     });
     print(cli.json, &json, || reset_text(&json))
+}
+
+fn run_rebuild(cli: &Cli, kafka: KafkaConfig, args: &RebuildArgs) -> anyhow::Result<()> {
+    let chain_url = args.chain_url.as_deref().context("set --chain-url or SLUICE_OPS_CHAIN_URL: the chain node")?;
+    let redis_url =
+        args.redis_url.as_deref().context("set --redis-url or SLUICE_PROCESSOR_REDIS_URL: the state store")?;
+    let mut env = sluice_service::env::EnvReader::from_env("SLUICE_PROCESSOR_");
+    let mut dex = sluice_dex::DexConfig::read(&mut env);
+    anyhow::ensure!(env.problems().is_empty(), "{}", env.problems().join("; "));
+    if let Some(prefix) = &args.redis_prefix {
+        dex.redis_prefix.clone_from(prefix);
+    }
+    let settings = rebuild::Settings {
+        kafka,
+        topic: cli.kafka.input_topic.clone(),
+        group: cli.kafka.group.clone(),
+        dex,
+        at_slot: args.at_slot,
+        replay_limit: Duration::from_secs(args.replay_timeout),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let (plan, outcome) = runtime.block_on(async {
+        let chain = rebuild::connect_chain(chain_url).await?;
+        let client = redis::Client::open(redis_url).context("--redis-url")?;
+        let mut conn = client.get_multiplexed_async_connection().await.context("connecting to Redis")?;
+        let plan = rebuild::plan(&settings, &chain, &mut conn).await?;
+        let outcome = match args.execute {
+            true => Some(rebuild::execute(&settings, &plan, &chain, &mut conn).await?),
+            false => None,
+        };
+        anyhow::Ok((plan, outcome))
+    })?;
+    let json = serde_json::json!({ "dry_run": !args.execute, "plan": plan, "outcome": outcome });
+    print(cli.json, &json, || rebuild_text(&json))
+}
+
+fn rebuild_text(j: &serde_json::Value) -> String {
+    let (p, o) = (&j["plan"], &j["outcome"]);
+    let mut out = format!(
+        "{} state (store generation {}, the group's commits record {}; {} members)\n",
+        p["case"].as_str().unwrap_or(""),
+        p["store_generation"].as_str().unwrap_or("none"),
+        p["recorded_generation"].as_str().unwrap_or("none"),
+        p["group_members"]
+    );
+    out += &format!(
+        "the chain's {} pools after slot {} (head {}), then {} records of the input topic:\n",
+        p["pools"], p["slot"], p["head"], p["to_replay"]
+    );
+    for s in p["starts"].as_array().into_iter().flatten() {
+        out += &format!("  partition {:>3}: from offset {} to {}\n", s["partition"], s["offset"], s["log_end"]);
+    }
+    if o.is_null() {
+        out += "dry run: nothing was written; add --execute to rebuild and switch";
+        return out;
+    }
+    let v = &o["verified"];
+    out += &format!(
+        "seeded {} pools, replayed {} records ({} invalid); checked against the chain: {} equal, {} mid-slot, {} never swapped, {} unverifiable\n",
+        o["seeded_pools"],
+        o["replayed"]["records"],
+        o["replayed"]["invalid"],
+        v["clean"],
+        v["behind"],
+        v["unseen"],
+        v["unverifiable"]
+    );
+    let t = &o["seconds"];
+    out += &format!(
+        "switched after {} attempts: {}; {:.2} s (seed {:.2}, replay {:.2}, check {:.2}, switch {:.2})",
+        o["switch_attempts"],
+        o["switch"],
+        t["total"].as_f64().unwrap_or(0.0),
+        t["seed"].as_f64().unwrap_or(0.0),
+        t["replay"].as_f64().unwrap_or(0.0),
+        t["verify"].as_f64().unwrap_or(0.0),
+        t["switch"].as_f64().unwrap_or(0.0)
+    );
+    out
 }
 
 /// `PARTITION=OFFSET` pairs.

@@ -172,6 +172,11 @@ pub fn plan(
     Ok(moves)
 }
 
+/// The state generation the group's commits record (the newest), if any.
+pub fn recorded_generation(now: &GroupOffsets) -> Option<String> {
+    newest_generation(now).strip_prefix("generation=").map(String::from)
+}
+
 /// The newest `generation=` part of the group's commits' metadata (ids begin with their
 /// creation time in hex, as the runtime reads them), or none; never another partition's
 /// dead keys (`;dead=`).

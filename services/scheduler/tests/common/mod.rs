@@ -91,31 +91,7 @@ impl TestChain {
         let mut seeded = 0;
         for info in self.pools().await {
             let state = self.state(&info.pool, slot).await;
-            let Some(seq) = state.last_applied else { continue };
-            let key = sluice_dex::state::pool_key(prefix, &info.pool);
-            let mut cmd = redis::cmd("HSET");
-            cmd.arg(&key)
-                .arg("slot")
-                .arg(seq.slot)
-                .arg("tx")
-                .arg(seq.tx_index)
-                .arg("ix")
-                .arg(seq.ix_index)
-                .arg("reserve_a")
-                .arg(state.reserve_a)
-                .arg("reserve_b")
-                .arg(state.reserve_b)
-                .arg("last_price_ticks")
-                .arg(state.last_price_ticks)
-                .arg("swaps_applied")
-                .arg(state.swaps_applied)
-                .arg("price")
-                .arg(format!("{:.12}", state.price))
-                .arg("venue")
-                .arg(state.venue);
-            if !state.sqrt_price_x64.is_empty() {
-                cmd.arg("sqrt_price_x64").arg(&state.sqrt_price_x64);
-            }
+            let Some(cmd) = sluice_dex::state::put_command(prefix, &state) else { continue };
             let () = cmd.query_async(redis).await.expect("HSET");
             seeded += 1;
         }

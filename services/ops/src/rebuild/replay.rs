@@ -1,0 +1,155 @@
+//! The rebuild's replay of the input topic into the staged state, through the
+//! DEX handler itself: from each partition's start to its end, and again to
+//! the new end when the live processors are ahead at the switch.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::Message;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::{Offset, TopicPartitionList};
+use sluice_dex::DexHandler;
+use sluice_kafka::KafkaConfig;
+use sluice_runtime::{HandleError, Handler, Record};
+
+use super::RebuildError;
+use super::staged::Staged;
+use super::start::Start;
+
+/// Records handed to the handler at once (its own batch size).
+const BATCH: usize = 512;
+/// Quiet time after which a partition that reported its end is taken as still at it
+/// (librdkafka reports an end once each time the consumer reaches it).
+const QUIET: Duration = Duration::from_millis(200);
+/// Attempts of a batch that failed for a dependency (Redis) before the rebuild gives up.
+const ATTEMPTS: u32 = 20;
+
+/// What a replay has read so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Replayed {
+    /// Records handled.
+    pub records: u64,
+    /// Of them, records the handler refused as invalid (the processors dead-letter
+    /// them; they change no state).
+    pub invalid: u64,
+}
+
+/// An assigned, group-less `read_committed` consumer over the input topic.
+pub struct Replay {
+    consumer: StreamConsumer,
+    topic: Arc<str>,
+    partitions: Vec<i32>,
+    /// Partitions that reported their end and have had no record since.
+    at_end: HashSet<i32>,
+    pub replayed: Replayed,
+}
+
+impl std::fmt::Debug for Replay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replay").field("topic", &self.topic).field("replayed", &self.replayed).finish()
+    }
+}
+
+impl Replay {
+    /// Assigns every partition at its start.
+    pub fn open(kafka: &KafkaConfig, topic: &str, starts: &BTreeMap<i32, Start>) -> Result<Self, RebuildError> {
+        let fail = |source| RebuildError::Kafka { topic: topic.to_string(), source };
+        let consumer: StreamConsumer = kafka.reader(&format!("{topic}.rebuild")).create().map_err(fail)?;
+        let mut tpl = TopicPartitionList::new();
+        for start in starts.values() {
+            tpl.add_partition_offset(topic, start.partition, Offset::Offset(start.offset)).map_err(fail)?;
+        }
+        consumer.assign(&tpl).map_err(fail)?;
+        Ok(Self {
+            consumer,
+            topic: Arc::from(topic),
+            partitions: starts.keys().copied().collect(),
+            at_end: HashSet::new(),
+            replayed: Replayed::default(),
+        })
+    }
+
+    /// Reads and applies until every partition has reached its end: it reported its end
+    /// during this call, or it reported it before and nothing came from it for [`QUIET`]
+    /// since this call began (a partition whose end moved reports it again). Within `limit`.
+    pub async fn catch_up(&mut self, handler: &DexHandler<Staged>, limit: Duration) -> Result<(), RebuildError> {
+        let (began, deadline) = (Instant::now(), Instant::now() + limit);
+        let mut ended_now: HashSet<i32> = HashSet::new();
+        let mut batch: Vec<Record> = Vec::with_capacity(BATCH);
+        loop {
+            let quiet = began.elapsed() >= QUIET;
+            let there = |p: &i32| ended_now.contains(p) || (quiet && self.at_end.contains(p));
+            if batch.is_empty() && self.partitions.iter().all(there) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(RebuildError::Timeout {
+                    what: format!(
+                        "replaying {} to its end ({} of {} partitions there, {} records so far)",
+                        self.topic,
+                        self.partitions.iter().filter(|p| there(p)).count(),
+                        self.partitions.len(),
+                        self.replayed.records
+                    ),
+                });
+            }
+            let next = if batch.len() >= BATCH { None } else { self.next(&mut ended_now).await? };
+            match next {
+                Some(record) => batch.push(record),
+                None if !batch.is_empty() => self.apply(handler, std::mem::take(&mut batch)).await?,
+                None => {}
+            }
+        }
+    }
+
+    /// The next record, or `None` when a partition reported its end or nothing came
+    /// within a quarter of [`QUIET`].
+    async fn next(&mut self, ended_now: &mut HashSet<i32>) -> Result<Option<Record>, RebuildError> {
+        let message = match tokio::time::timeout(QUIET / 4, self.consumer.recv()).await {
+            Err(_) => return Ok(None),
+            Ok(Err(KafkaError::PartitionEOF(p))) => {
+                ended_now.insert(p);
+                self.at_end.insert(p);
+                return Ok(None);
+            }
+            Ok(Err(e)) => return Err(RebuildError::Kafka { topic: self.topic.to_string(), source: e }),
+            Ok(Ok(m)) => m,
+        };
+        // Its end moved on: it has to report it again.
+        self.at_end.remove(&message.partition());
+        ended_now.remove(&message.partition());
+        Ok(Some(Record {
+            topic: self.topic.clone(),
+            partition: message.partition(),
+            offset: message.offset(),
+            key: message.key().map(<[u8]>::to_vec),
+            payload: message.payload().map(<[u8]>::to_vec),
+            timestamp_ms: message.timestamp().to_millis(),
+            redriven: false,
+        }))
+    }
+
+    /// Hands `records` to the handler until none fails for a dependency (the apply is
+    /// idempotent, so a batch is simply handled again).
+    async fn apply(&mut self, handler: &DexHandler<Staged>, records: Vec<Record>) -> Result<(), RebuildError> {
+        for attempt in 1..=ATTEMPTS {
+            let results = handler.handle_batch(&records).await;
+            let transient = results.iter().find_map(|r| match r {
+                Err(e @ HandleError::Transient { .. }) => Some(e.to_string()),
+                _ => None,
+            });
+            let Some(error) = transient else {
+                self.replayed.records += records.len() as u64;
+                self.replayed.invalid += results.iter().filter(|r| r.is_err()).count() as u64;
+                return Ok(());
+            };
+            if attempt == ATTEMPTS {
+                return Err(RebuildError::Handler(error));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,157 @@
+//! Where a rebuild's replay starts: in each partition of the input topic, the
+//! first record of a slot after the point the chain's state was taken at.
+//!
+//! The ingest writes each partition in chain order, so a partition's slots
+//! rise with its offsets and a binary search over offsets finds the first
+//! record past the slot in about log₂(records) rounds, each reading one record
+//! of every partition at once, whatever the topic's retention or size. The replay is idempotent (a swap at or below a pool's
+//! last applied sequence changes nothing), so starting early costs only
+//! time; starting late would lose swaps, which the verification catches.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::{Message, Offset, TopicPartitionList};
+use serde::Serialize;
+use sluice_core::txview::TxView;
+use sluice_kafka::KafkaConfig;
+
+use super::RebuildError;
+
+/// One partition's replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Start {
+    pub partition: i32,
+    /// The first offset whose record is of a later slot (the log end when none is yet).
+    pub offset: i64,
+    /// The log's bounds when the search ran.
+    pub log_start: i64,
+    pub log_end: i64,
+}
+
+impl Start {
+    /// Records from the start to the log end as it was.
+    pub fn records(&self) -> i64 {
+        self.log_end - self.offset
+    }
+}
+
+/// A consumer that reads the record at a chosen offset of every partition at once.
+struct Prober {
+    consumer: BaseConsumer,
+    topic: String,
+    timeout: Duration,
+}
+
+/// One partition's search: the first offset past the slot lies in `[low, high)`.
+#[derive(Debug, Clone, Copy)]
+struct Range {
+    low: i64,
+    high: i64,
+}
+
+impl Range {
+    fn mid(&self) -> i64 {
+        self.low + (self.high - self.low) / 2
+    }
+}
+
+impl Prober {
+    fn kafka(&self, source: KafkaError) -> RebuildError {
+        RebuildError::Kafka { topic: self.topic.clone(), source }
+    }
+
+    /// For each partition of `mids` (partition → (offset, end)): the slot of the first
+    /// readable record at or after the offset and before the end, with its offset; `None`
+    /// where there is none.
+    fn slots_at(&self, mids: &BTreeMap<i32, (i64, i64)>) -> Result<BTreeMap<i32, Option<(i64, u64)>>, RebuildError> {
+        let mut tpl = TopicPartitionList::new();
+        for (&p, &(offset, _)) in mids {
+            tpl.add_partition_offset(&self.topic, p, Offset::Offset(offset)).map_err(|e| self.kafka(e))?;
+        }
+        self.consumer.assign(&tpl).map_err(|e| self.kafka(e))?;
+        let deadline = Instant::now() + self.timeout;
+        let mut found = BTreeMap::new();
+        while found.len() < mids.len() {
+            if Instant::now() > deadline {
+                return Err(RebuildError::Timeout { what: format!("reading {} at {mids:?}", self.topic) });
+            }
+            let Some(message) = self.consumer.poll(Duration::from_millis(100)) else { continue };
+            let (p, answer) = match message {
+                Err(KafkaError::PartitionEOF(p)) => (p, None),
+                Err(e) => return Err(self.kafka(e)),
+                Ok(m) => {
+                    let Some(&(offset, end)) = mids.get(&m.partition()) else { continue };
+                    if m.offset() < offset {
+                        continue;
+                    }
+                    // A record that is not a chain transaction (the processors dead-letter
+                    // it) says nothing about the slot: the next one does.
+                    match TxView::decode(m.payload().unwrap_or_default()) {
+                        _ if m.offset() >= end => (m.partition(), None),
+                        Ok(tx) => (m.partition(), Some((m.offset(), tx.slot))),
+                        Err(_) => continue,
+                    }
+                }
+            };
+            if mids.contains_key(&p) {
+                found.entry(p).or_insert(answer);
+            }
+        }
+        Ok(found)
+    }
+
+    /// Each partition's first offset in its range whose record's slot is above `slot`:
+    /// one binary search per partition, every partition's probe read in one round.
+    fn first_after(&self, slot: u64, mut ranges: BTreeMap<i32, Range>) -> Result<BTreeMap<i32, i64>, RebuildError> {
+        loop {
+            let mids: BTreeMap<i32, (i64, i64)> =
+                ranges.iter().filter(|(_, r)| r.low < r.high).map(|(&p, r)| (p, (r.mid(), r.high))).collect();
+            if mids.is_empty() {
+                return Ok(ranges.into_iter().map(|(p, r)| (p, r.low)).collect());
+            }
+            for (p, answer) in self.slots_at(&mids)? {
+                let Some(range) = ranges.get_mut(&p) else { continue };
+                match answer {
+                    Some((_, s)) if s > slot => range.high = mids[&p].0,
+                    Some((at, _)) => range.low = at + 1,
+                    None => range.high = mids[&p].0,
+                }
+            }
+        }
+    }
+}
+
+/// Each partition's first offset past `slot`, in `topic`.
+pub fn after_slot(
+    kafka: &KafkaConfig,
+    topic: &str,
+    slot: u64,
+    timeout: Duration,
+) -> Result<BTreeMap<i32, Start>, RebuildError> {
+    let fail = |source| RebuildError::Kafka { topic: topic.to_string(), source };
+    let consumer: BaseConsumer =
+        kafka.reader(&format!("{topic}.rebuild-probe")).set("fetch.wait.max.ms", "50").create().map_err(fail)?;
+    let metadata = consumer.fetch_metadata(Some(topic), timeout).map_err(fail)?;
+    let partitions = metadata
+        .topics()
+        .first()
+        .filter(|t| t.error().is_none() && !t.partitions().is_empty())
+        .map(|t| t.partitions().len() as i32)
+        .ok_or_else(|| RebuildError::NoTopic { topic: topic.to_string() })?;
+    let mut bounds = BTreeMap::new();
+    for partition in 0..partitions {
+        bounds.insert(partition, consumer.fetch_watermarks(topic, partition, timeout).map_err(fail)?);
+    }
+    let ranges = bounds.iter().map(|(&p, &(low, high))| (p, Range { low, high })).collect();
+    let prober = Prober { consumer, topic: topic.to_string(), timeout };
+    let firsts = prober.first_after(slot, ranges)?;
+    Ok(bounds
+        .into_iter()
+        .map(|(partition, (log_start, log_end))| {
+            (partition, Start { partition, offset: firsts[&partition], log_start, log_end })
+        })
+        .collect())
+}
