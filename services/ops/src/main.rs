@@ -89,6 +89,9 @@ struct RebuildArgs {
     /// How long each replay to the topic's end may take, in seconds.
     #[arg(long, default_value_t = 1800)]
     replay_timeout: u64,
+    /// How long the switch may keep catching up with processors that are ahead, in seconds.
+    #[arg(long, default_value_t = 600)]
+    switch_timeout: u64,
     /// Rebuild and switch (without it: say what would be done, and change nothing).
     #[arg(long)]
     execute: bool,
@@ -297,6 +300,7 @@ fn run_rebuild(cli: &Cli, kafka: KafkaConfig, args: &RebuildArgs) -> anyhow::Res
         dex,
         at_slot: args.at_slot,
         replay_limit: Duration::from_secs(args.replay_timeout),
+        switch_limit: Duration::from_secs(args.switch_timeout),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let (plan, outcome) = runtime.block_on(async {

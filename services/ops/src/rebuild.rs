@@ -75,9 +75,9 @@ pub enum RebuildError {
     #[error("{drifted} rebuilt pools differ from the chain; nothing was switched (first: {first})")]
     Drift { drifted: usize, first: String },
     #[error(
-        "the live state stayed ahead of the replay after {attempts} switch attempts (last: pool {pool}, live at {live}, rebuilt at {staged})"
+        "the live state stayed ahead of the replay for {seconds} s, {attempts} switch attempts (the input grows faster than the replay reads it; last: pool {pool}, live at {live}, rebuilt at {staged}); nothing was switched"
     )]
-    StillAhead { attempts: u32, pool: String, live: String, staged: String },
+    StillAhead { seconds: u64, attempts: u32, pool: String, live: String, staged: String },
     #[error("another rebuild holds {key}: wait for it, or delete the key if it died")]
     Busy { key: String },
     #[error("replaying: {0}")]
@@ -97,6 +97,9 @@ pub struct Settings {
     pub at_slot: Option<u64>,
     /// How long each replay to the topic's end may take.
     pub replay_limit: Duration,
+    /// How long the switch may keep replaying to the topic's new end while a live pool is
+    /// ahead (the processors read the newest records too) before it gives up.
+    pub switch_limit: Duration,
 }
 
 impl Settings {
@@ -276,7 +279,16 @@ async fn rebuild(
     replay.catch_up(&handler, s.replay_limit).await?;
     seconds.replay = started.elapsed().as_secs_f64() - seconds.seed;
 
-    let verified = switch::verify(chain, conn, &staging, &plan.pool_names).await?;
+    // A pool the replay left mid-slot (the topic's end was) is compared again after the
+    // replay has read the topic's newer end, a bounded number of times.
+    let mut verified = switch::verify(chain, conn, &staging, &plan.pool_names).await?;
+    for _ in 0..VERIFY_AGAIN {
+        if verified.behind == 0 || !verified.drift.is_empty() {
+            break;
+        }
+        replay.catch_up(&handler, s.replay_limit).await?;
+        verified = switch::verify(chain, conn, &staging, &plan.pool_names).await?;
+    }
     seconds.verify = started.elapsed().as_secs_f64() - seconds.seed - seconds.replay;
     if let Some(first) = verified.drift.first() {
         return Err(RebuildError::Drift { drifted: verified.drifted, first: first.clone() });
@@ -284,13 +296,14 @@ async fn rebuild(
 
     let registry_published = publish_registry(conn, &s.dex.redis_prefix, &plan.tokens).await?;
     let generation = plan.recorded_generation.clone().unwrap_or_default();
-    let mut attempts = 0;
+    let (mut attempts, switching) = (0, Instant::now());
     let switched = loop {
         attempts += 1;
         match switch::switch(conn, &s.dex.redis_prefix, &staging, &generation, &plan.pool_names).await? {
             done @ Switch::Switched { .. } => break done,
-            Switch::Ahead { pool, live, staged } if attempts >= SWITCH_ATTEMPTS => {
-                return Err(RebuildError::StillAhead { attempts, pool, live, staged });
+            Switch::Ahead { pool, live, staged } if switching.elapsed() >= s.switch_limit => {
+                let seconds = s.switch_limit.as_secs();
+                return Err(RebuildError::StillAhead { seconds, attempts, pool, live, staged });
             }
             Switch::Ahead { .. } => replay.catch_up(&handler, s.replay_limit).await?,
         }
@@ -310,8 +323,8 @@ async fn rebuild(
     Ok(outcome)
 }
 
-/// Switch attempts, each after replaying to the topic's new end, before giving up.
-const SWITCH_ATTEMPTS: u32 = 50;
+/// Checks again while pools are mid-slot, each after replaying to the topic's new end.
+const VERIFY_AGAIN: u32 = 2;
 
 /// Publishes the token registry from the chain when the store has none (it was lost
 /// with the store; the processors need it before their first swap).

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::Message;
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Offset, TopicPartitionList};
 use sluice_dex::DexHandler;
@@ -39,8 +39,12 @@ pub struct Replayed {
 /// An assigned, group-less `read_committed` consumer over the input topic.
 pub struct Replay {
     consumer: StreamConsumer,
+    /// Asks for the watermarks on a connection of its own: on the consumer's, a request
+    /// waits behind the fetch the broker holds while the partitions are at their end.
+    marks: BaseConsumer,
     topic: Arc<str>,
-    partitions: Vec<i32>,
+    /// Each partition's next offset to read (after the last record handed over).
+    next: BTreeMap<i32, i64>,
     /// Partitions that reported their end and have had no record since.
     at_end: HashSet<i32>,
     pub replayed: Replayed,
@@ -62,26 +66,34 @@ impl Replay {
             tpl.add_partition_offset(topic, start.partition, Offset::Offset(start.offset)).map_err(fail)?;
         }
         consumer.assign(&tpl).map_err(fail)?;
+        let marks: BaseConsumer = kafka.reader(&format!("{topic}.rebuild-marks")).create().map_err(fail)?;
         Ok(Self {
             consumer,
+            marks,
             topic: Arc::from(topic),
-            partitions: starts.keys().copied().collect(),
+            next: starts.values().map(|s| (s.partition, s.offset)).collect(),
             at_end: HashSet::new(),
             replayed: Replayed::default(),
         })
     }
 
-    /// Reads and applies until every partition has reached its end: it reported its end
-    /// during this call, or it reported it before and nothing came from it for [`QUIET`]
-    /// since this call began (a partition whose end moved reports it again). Within `limit`.
+    /// Reads and applies until every partition has reached the end it had when this call
+    /// began (its high watermark then), within `limit`. A partition is there when its next
+    /// offset reaches that mark; when it reported its end during this call; or, the mark
+    /// being one past (a transaction's commit marker, never delivered), when it reported its
+    /// end before and nothing came from it for [`QUIET`].
     pub async fn catch_up(&mut self, handler: &DexHandler<Staged>, limit: Duration) -> Result<(), RebuildError> {
         let (began, deadline) = (Instant::now(), Instant::now() + limit);
+        let marks = self.watermarks()?;
         let mut ended_now: HashSet<i32> = HashSet::new();
         let mut batch: Vec<Record> = Vec::with_capacity(BATCH);
         loop {
             let quiet = began.elapsed() >= QUIET;
-            let there = |p: &i32| ended_now.contains(p) || (quiet && self.at_end.contains(p));
-            if batch.is_empty() && self.partitions.iter().all(there) {
+            let there = |p: &i32, next: &i64| {
+                let mark = marks.get(p).copied().unwrap_or(0);
+                *next >= mark || ended_now.contains(p) || (quiet && self.at_end.contains(p) && *next + 1 >= mark)
+            };
+            if batch.is_empty() && self.next.iter().all(|(p, n)| there(p, n)) {
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -89,8 +101,8 @@ impl Replay {
                     what: format!(
                         "replaying {} to its end ({} of {} partitions there, {} records so far)",
                         self.topic,
-                        self.partitions.iter().filter(|p| there(p)).count(),
-                        self.partitions.len(),
+                        self.next.iter().filter(|(p, n)| there(p, n)).count(),
+                        self.next.len(),
                         self.replayed.records
                     ),
                 });
@@ -102,6 +114,23 @@ impl Replay {
                 None => {}
             }
         }
+    }
+
+    /// Each partition's high watermark, now.
+    fn watermarks(&self) -> Result<BTreeMap<i32, i64>, RebuildError> {
+        let timeout = Duration::from_secs(10);
+        tokio::task::block_in_place(|| {
+            self.next
+                .keys()
+                .map(|&p| {
+                    let (_, high) = self
+                        .marks
+                        .fetch_watermarks(&self.topic, p, timeout)
+                        .map_err(|e| RebuildError::Kafka { topic: self.topic.to_string(), source: e })?;
+                    Ok((p, high))
+                })
+                .collect()
+        })
     }
 
     /// The next record, or `None` when a partition reported its end or nothing came
@@ -120,6 +149,7 @@ impl Replay {
         // Its end moved on: it has to report it again.
         self.at_end.remove(&message.partition());
         ended_now.remove(&message.partition());
+        self.next.insert(message.partition(), message.offset() + 1);
         Ok(Some(Record {
             topic: self.topic.clone(),
             partition: message.partition(),

@@ -63,40 +63,44 @@ impl Prober {
         RebuildError::Kafka { topic: self.topic.clone(), source }
     }
 
-    /// For each partition of `mids` (partition → (offset, end)): the slot of the first
-    /// readable record at or after the offset and before the end, with its offset; `None`
-    /// where there is none.
-    fn slots_at(&self, mids: &BTreeMap<i32, (i64, i64)>) -> Result<BTreeMap<i32, Option<(i64, u64)>>, RebuildError> {
+    /// For each partition of `probes`: the first readable record at or after the probe's
+    /// offset and before its end (in a scan, the first whose slot is above `slot`), as its
+    /// offset and slot; `None` where there is none.
+    fn read(
+        &self,
+        probes: &BTreeMap<i32, Probe>,
+        slot: u64,
+    ) -> Result<BTreeMap<i32, Option<(i64, u64)>>, RebuildError> {
         let mut tpl = TopicPartitionList::new();
-        for (&p, &(offset, _)) in mids {
-            tpl.add_partition_offset(&self.topic, p, Offset::Offset(offset)).map_err(|e| self.kafka(e))?;
+        for (&p, probe) in probes {
+            tpl.add_partition_offset(&self.topic, p, Offset::Offset(probe.offset)).map_err(|e| self.kafka(e))?;
         }
         self.consumer.assign(&tpl).map_err(|e| self.kafka(e))?;
         let deadline = Instant::now() + self.timeout;
         let mut found = BTreeMap::new();
-        while found.len() < mids.len() {
+        while found.len() < probes.len() {
             if Instant::now() > deadline {
-                return Err(RebuildError::Timeout { what: format!("reading {} at {mids:?}", self.topic) });
+                return Err(RebuildError::Timeout { what: format!("reading {} at {probes:?}", self.topic) });
             }
             let Some(message) = self.consumer.poll(Duration::from_millis(100)) else { continue };
             let (p, answer) = match message {
                 Err(KafkaError::PartitionEOF(p)) => (p, None),
                 Err(e) => return Err(self.kafka(e)),
                 Ok(m) => {
-                    let Some(&(offset, end)) = mids.get(&m.partition()) else { continue };
-                    if m.offset() < offset {
+                    let Some(probe) = probes.get(&m.partition()) else { continue };
+                    if m.offset() < probe.offset || found.contains_key(&m.partition()) {
                         continue;
                     }
                     // A record that is not a chain transaction (the processors dead-letter
                     // it) says nothing about the slot: the next one does.
                     match TxView::decode(m.payload().unwrap_or_default()) {
-                        _ if m.offset() >= end => (m.partition(), None),
-                        Ok(tx) => (m.partition(), Some((m.offset(), tx.slot))),
-                        Err(_) => continue,
+                        _ if m.offset() >= probe.end => (m.partition(), None),
+                        Ok(tx) if !probe.scan || tx.slot > slot => (m.partition(), Some((m.offset(), tx.slot))),
+                        _ => continue,
                     }
                 }
             };
-            if mids.contains_key(&p) {
+            if probes.contains_key(&p) {
                 found.entry(p).or_insert(answer);
             }
         }
@@ -104,25 +108,46 @@ impl Prober {
     }
 
     /// Each partition's first offset in its range whose record's slot is above `slot`:
-    /// one binary search per partition, every partition's probe read in one round.
+    /// one binary search per partition, every partition's probe read in one round, and a
+    /// scan once a range is down to [`SCAN`] records (one round instead of a dozen).
     fn first_after(&self, slot: u64, mut ranges: BTreeMap<i32, Range>) -> Result<BTreeMap<i32, i64>, RebuildError> {
         loop {
-            let mids: BTreeMap<i32, (i64, i64)> =
-                ranges.iter().filter(|(_, r)| r.low < r.high).map(|(&p, r)| (p, (r.mid(), r.high))).collect();
-            if mids.is_empty() {
+            let probes: BTreeMap<i32, Probe> = ranges
+                .iter()
+                .filter(|(_, r)| r.low < r.high)
+                .map(|(&p, r)| {
+                    let scan = r.high - r.low <= SCAN;
+                    (p, Probe { offset: if scan { r.low } else { r.mid() }, end: r.high, scan })
+                })
+                .collect();
+            if probes.is_empty() {
                 return Ok(ranges.into_iter().map(|(p, r)| (p, r.low)).collect());
             }
-            for (p, answer) in self.slots_at(&mids)? {
-                let Some(range) = ranges.get_mut(&p) else { continue };
+            for (p, answer) in self.read(&probes, slot)? {
+                let (Some(range), Some(probe)) = (ranges.get_mut(&p), probes.get(&p)) else { continue };
                 match answer {
-                    Some((_, s)) if s > slot => range.high = mids[&p].0,
+                    Some((at, _)) if probe.scan => (range.low, range.high) = (at, at),
+                    None if probe.scan => range.low = range.high,
+                    Some((_, s)) if s > slot => range.high = probe.offset,
                     Some((at, _)) => range.low = at + 1,
-                    None => range.high = mids[&p].0,
+                    None => range.high = probe.offset,
                 }
             }
         }
     }
 }
+
+/// Where one round reads a partition.
+#[derive(Debug, Clone, Copy)]
+struct Probe {
+    offset: i64,
+    end: i64,
+    /// Read on from `offset` to the first record past the slot, rather than one record.
+    scan: bool,
+}
+
+/// Ranges this small are scanned rather than halved (a few fetches of one partition).
+const SCAN: i64 = 4_096;
 
 /// Each partition's first offset past `slot`, in `topic`.
 pub fn after_slot(
