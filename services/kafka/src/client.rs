@@ -38,14 +38,17 @@ impl KafkaConfig {
     }
 
     /// An assigned reader's config (no group membership, nothing committed): `read_committed`,
-    /// and each partition's end reported. `group` only names the client to the broker.
+    /// each partition's end reported, and an offset that retention deleted under it an
+    /// error rather than a silent jump to the log's end. `group` only names the client to
+    /// the broker.
     pub fn reader(&self, group: &str) -> ClientConfig {
         let mut config = self.client();
         config
             .set("group.id", group)
             .set("isolation.level", "read_committed")
             .set("enable.partition.eof", "true")
-            .set("enable.auto.commit", "false");
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "error");
         config
     }
 

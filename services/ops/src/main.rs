@@ -360,6 +360,9 @@ fn rebuild_text(j: &serde_json::Value) -> String {
         t["verify"].as_f64().unwrap_or(0.0),
         t["switch"].as_f64().unwrap_or(0.0)
     );
+    for w in o["warnings"].as_array().into_iter().flatten() {
+        out += &format!("\nwarning: {}", w.as_str().unwrap_or(""));
+    }
     out
 }
 

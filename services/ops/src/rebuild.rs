@@ -158,6 +158,8 @@ pub struct Outcome {
     pub switch_attempts: u32,
     pub registry_published: bool,
     pub seconds: Timings,
+    /// What failed after the switch (it stands).
+    pub warnings: Vec<String>,
 }
 
 /// Connects to the chain node.
@@ -239,12 +241,15 @@ pub async fn execute(
     conn: &mut MultiplexedConnection,
 ) -> Result<Outcome, RebuildError> {
     let lock = format!("{}rebuild-lock", s.dex.redis_prefix);
+    let token = format!("{}-{}", std::process::id(), now_ms());
+    // Held for as long as the run may take, so it never lapses under a running rebuild.
+    let hold = s.replay_limit.as_secs() * (2 + u64::from(VERIFY_AGAIN)) + s.switch_limit.as_secs() + 600;
     let taken: Option<String> = redis::cmd("SET")
         .arg(&lock)
-        .arg(std::process::id())
+        .arg(&token)
         .arg("NX")
         .arg("EX")
-        .arg(3600)
+        .arg(hold)
         .query_async(conn)
         .await
         .map_err(RebuildError::Redis)?;
@@ -254,10 +259,20 @@ pub async fn execute(
     let outcome = rebuild(s, plan, chain, conn).await;
     let staging = s.staging();
     let cleared = staged::clear(conn, &staging).await;
-    let _: Result<(), _> = redis::cmd("DEL").arg(&lock).query_async(conn).await;
-    let outcome = outcome?;
-    cleared?;
+    let _: Result<i64, _> = redis::Script::new(RELEASE).key(&lock).arg(&token).invoke_async(conn).await;
+    let mut outcome = outcome?;
+    // Switched already: what fails now is said, not an error of the rebuild.
+    if let Err(e) = cleared {
+        outcome.warnings.push(format!("the staging area {staging}* was not cleared: {e}"));
+    }
     Ok(outcome)
+}
+
+/// Deletes the lock only if this run still holds it.
+const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+
+fn now_ms() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis())
 }
 
 async fn rebuild(
@@ -281,13 +296,13 @@ async fn rebuild(
 
     // A pool the replay left mid-slot (the topic's end was) is compared again after the
     // replay has read the topic's newer end, a bounded number of times.
-    let mut verified = switch::verify(chain, conn, &staging, &plan.pool_names).await?;
+    let mut verified = switch::verify(chain, conn, &staging, &plan.pool_names, through(plan, &replay)).await?;
     for _ in 0..VERIFY_AGAIN {
         if verified.behind == 0 || !verified.drift.is_empty() {
             break;
         }
         replay.catch_up(&handler, s.replay_limit).await?;
-        verified = switch::verify(chain, conn, &staging, &plan.pool_names).await?;
+        verified = switch::verify(chain, conn, &staging, &plan.pool_names, through(plan, &replay)).await?;
     }
     seconds.verify = started.elapsed().as_secs_f64() - seconds.seed - seconds.replay;
     if let Some(first) = verified.drift.first() {
@@ -310,7 +325,7 @@ async fn rebuild(
     };
     seconds.total = started.elapsed().as_secs_f64();
     seconds.switch = seconds.total - seconds.seed - seconds.replay - seconds.verify;
-    let outcome = Outcome {
+    let mut outcome = Outcome {
         seeded_pools,
         replayed: replay.replayed,
         verified,
@@ -318,9 +333,22 @@ async fn rebuild(
         switch_attempts: attempts,
         registry_published,
         seconds,
+        warnings: Vec::new(),
     };
-    record(conn, &s.dex.redis_prefix, plan, &outcome).await?;
+    if let Err(e) = record(conn, &s.dex.redis_prefix, plan, &outcome).await {
+        outcome.warnings.push(format!("this rebuild was not recorded in {}rebuilds: {e}", s.dex.redis_prefix));
+    }
     Ok(outcome)
+}
+
+/// Slots below the replay's slowest partition not taken as read through: a producer that
+/// is not transactional (the ingest with transactions off) may make a partition's records
+/// visible a little after another partition's later ones.
+const UNORDERED_SLOTS: u64 = 8;
+
+/// The slot the check compares at: one the replay has read every record of.
+fn through(plan: &Plan, replay: &Replay) -> u64 {
+    replay.slots_read_below().map_or(plan.slot, |s| s.saturating_sub(1 + UNORDERED_SLOTS).max(plan.slot))
 }
 
 /// Checks again while pools are mid-slot, each after replaying to the topic's new end.
@@ -349,8 +377,7 @@ async fn record(
     plan: &Plan,
     outcome: &Outcome,
 ) -> Result<(), RebuildError> {
-    let at_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
-    let entry = serde_json::json!({ "at_ms": at_ms as u64, "plan": plan, "outcome": outcome }).to_string();
+    let entry = serde_json::json!({ "at_ms": now_ms() as u64, "plan": plan, "outcome": outcome }).to_string();
     let key = format!("{prefix}rebuilds");
     redis::pipe()
         .cmd("LPUSH")

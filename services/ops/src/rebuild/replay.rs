@@ -23,6 +23,8 @@ const BATCH: usize = 512;
 /// Quiet time after which a partition that reported its end is taken as still at it
 /// (librdkafka reports an end once each time the consumer reaches it).
 const QUIET: Duration = Duration::from_millis(200);
+/// Quiet time after which a partition at its end is taken as there, however far its mark.
+const QUIET_LONG: Duration = Duration::from_secs(1);
 /// Attempts of a batch that failed for a dependency (Redis) before the rebuild gives up.
 const ATTEMPTS: u32 = 20;
 
@@ -47,6 +49,8 @@ pub struct Replay {
     next: BTreeMap<i32, i64>,
     /// Partitions that reported their end and have had no record since.
     at_end: HashSet<i32>,
+    /// Each partition's slot of the last chain transaction read (none read yet: absent).
+    slots: BTreeMap<i32, u64>,
     pub replayed: Replayed,
 }
 
@@ -73,25 +77,28 @@ impl Replay {
             topic: Arc::from(topic),
             next: starts.values().map(|s| (s.partition, s.offset)).collect(),
             at_end: HashSet::new(),
+            slots: BTreeMap::new(),
             replayed: Replayed::default(),
         })
     }
 
     /// Reads and applies until every partition has reached the end it had when this call
     /// began (its high watermark then), within `limit`. A partition is there when its next
-    /// offset reaches that mark; when it reported its end during this call; or, the mark
-    /// being one past (a transaction's commit marker, never delivered), when it reported its
-    /// end before and nothing came from it for [`QUIET`].
+    /// offset reaches that mark; when it reported its end during this call one short of it
+    /// (a transaction's commit marker, never delivered), or did so before and nothing came
+    /// from it for [`QUIET`]; or when it reported its end and nothing came for
+    /// [`QUIET_LONG`] (records of aborted transactions between it and the mark).
     pub async fn catch_up(&mut self, handler: &DexHandler<Staged>, limit: Duration) -> Result<(), RebuildError> {
         let (began, deadline) = (Instant::now(), Instant::now() + limit);
         let marks = self.watermarks()?;
         let mut ended_now: HashSet<i32> = HashSet::new();
         let mut batch: Vec<Record> = Vec::with_capacity(BATCH);
         loop {
-            let quiet = began.elapsed() >= QUIET;
+            let (quiet, long) = (began.elapsed() >= QUIET, began.elapsed() >= QUIET_LONG);
             let there = |p: &i32, next: &i64| {
                 let mark = marks.get(p).copied().unwrap_or(0);
-                *next >= mark || ended_now.contains(p) || (quiet && self.at_end.contains(p) && *next + 1 >= mark)
+                let ended = ended_now.contains(p) || (quiet && self.at_end.contains(p));
+                *next >= mark || (ended && *next + 1 >= mark) || (long && self.at_end.contains(p))
             };
             if batch.is_empty() && self.next.iter().all(|(p, n)| there(p, n)) {
                 return Ok(());
@@ -114,6 +121,12 @@ impl Replay {
                 None => {}
             }
         }
+    }
+
+    /// The lowest of the partitions' last slots read: the replay has read every record of
+    /// the slots below it (each partition is in chain order). `None` before any.
+    pub fn slots_read_below(&self) -> Option<u64> {
+        self.slots.values().min().copied()
     }
 
     /// Each partition's high watermark, now.
@@ -150,6 +163,9 @@ impl Replay {
         self.at_end.remove(&message.partition());
         ended_now.remove(&message.partition());
         self.next.insert(message.partition(), message.offset() + 1);
+        if let Some(slot) = super::start::telling_slot(&message) {
+            self.slots.insert(message.partition(), slot);
+        }
         Ok(Some(Record {
             topic: self.topic.clone(),
             partition: message.partition(),
@@ -157,7 +173,7 @@ impl Replay {
             key: message.key().map(<[u8]>::to_vec),
             payload: message.payload().map(<[u8]>::to_vec),
             timestamp_ms: message.timestamp().to_millis(),
-            redriven: false,
+            redriven: super::start::redriven(&message),
         }))
     }
 

@@ -6,7 +6,9 @@
 //! record past the slot in about log₂(records) rounds, each reading one record
 //! of every partition at once, whatever the topic's retention or size. The replay is idempotent (a swap at or below a pool's
 //! last applied sequence changes nothing), so starting early costs only
-//! time; starting late would lose swaps, which the verification catches.
+//! time; starting late would lose swaps, which the check against the chain
+//! at a slot every partition has read past catches. Copies redriven from the
+//! dead-letter topic carry old slots among new ones and are not looked at.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -17,6 +19,7 @@ use rdkafka::{Message, Offset, TopicPartitionList};
 use serde::Serialize;
 use sluice_core::txview::TxView;
 use sluice_kafka::KafkaConfig;
+use sluice_kafka::topics::REDRIVE_ORIGIN_HEADER;
 
 use super::RebuildError;
 
@@ -63,40 +66,44 @@ impl Prober {
         RebuildError::Kafka { topic: self.topic.clone(), source }
     }
 
-    /// For each partition of `probes`: the first readable record at or after the probe's
-    /// offset and before its end (in a scan, the first whose slot is above `slot`), as its
-    /// offset and slot; `None` where there is none.
-    fn read(
-        &self,
-        probes: &BTreeMap<i32, Probe>,
-        slot: u64,
-    ) -> Result<BTreeMap<i32, Option<(i64, u64)>>, RebuildError> {
+    /// For each partition of `probes`, what reading it from the probe's offset found: the
+    /// first record that tells (in a scan, the first whose slot is above `slot`), none
+    /// before the probe's end, or the readable end (a `read_committed` reader stops at the
+    /// last stable offset: an open transaction's records lie past it).
+    fn read(&self, probes: &BTreeMap<i32, Probe>, slot: u64) -> Result<BTreeMap<i32, Found>, RebuildError> {
         let mut tpl = TopicPartitionList::new();
         for (&p, probe) in probes {
             tpl.add_partition_offset(&self.topic, p, Offset::Offset(probe.offset)).map_err(|e| self.kafka(e))?;
         }
         self.consumer.assign(&tpl).map_err(|e| self.kafka(e))?;
         let deadline = Instant::now() + self.timeout;
-        let mut found = BTreeMap::new();
+        let (mut found, mut last) = (BTreeMap::new(), BTreeMap::new());
         while found.len() < probes.len() {
             if Instant::now() > deadline {
                 return Err(RebuildError::Timeout { what: format!("reading {} at {probes:?}", self.topic) });
             }
             let Some(message) = self.consumer.poll(Duration::from_millis(100)) else { continue };
             let (p, answer) = match message {
-                Err(KafkaError::PartitionEOF(p)) => (p, None),
+                Err(KafkaError::PartitionEOF(p)) => {
+                    let next = last.get(&p).map(|o| o + 1).or(probes.get(&p).map(|probe| probe.offset));
+                    (p, Found::End { next: next.unwrap_or_default() })
+                }
                 Err(e) => return Err(self.kafka(e)),
                 Ok(m) => {
                     let Some(probe) = probes.get(&m.partition()) else { continue };
                     if m.offset() < probe.offset || found.contains_key(&m.partition()) {
                         continue;
                     }
-                    // A record that is not a chain transaction (the processors dead-letter
-                    // it) says nothing about the slot: the next one does.
-                    match TxView::decode(m.payload().unwrap_or_default()) {
-                        _ if m.offset() >= probe.end => (m.partition(), None),
-                        Ok(tx) if !probe.scan || tx.slot > slot => (m.partition(), Some((m.offset(), tx.slot))),
-                        _ => continue,
+                    if m.offset() >= probe.end {
+                        (m.partition(), Found::Beyond)
+                    } else {
+                        last.insert(m.partition(), m.offset());
+                        match telling_slot(&m) {
+                            Some(s) if !probe.scan || s > slot => {
+                                (m.partition(), Found::Record { offset: m.offset(), slot: s })
+                            }
+                            _ => continue,
+                        }
                     }
                 }
             };
@@ -123,18 +130,51 @@ impl Prober {
             if probes.is_empty() {
                 return Ok(ranges.into_iter().map(|(p, r)| (p, r.low)).collect());
             }
-            for (p, answer) in self.read(&probes, slot)? {
+            for (p, found) in self.read(&probes, slot)? {
                 let (Some(range), Some(probe)) = (ranges.get_mut(&p), probes.get(&p)) else { continue };
-                match answer {
-                    Some((at, _)) if probe.scan => (range.low, range.high) = (at, at),
-                    None if probe.scan => range.low = range.high,
-                    Some((_, s)) if s > slot => range.high = probe.offset,
-                    Some((at, _)) => range.low = at + 1,
-                    None => range.high = probe.offset,
+                match found {
+                    Found::Record { offset, .. } if probe.scan => (range.low, range.high) = (offset, offset),
+                    // Everything readable was at or below the slot: start after it.
+                    Found::End { next } if probe.scan => (range.low, range.high) = (next, next),
+                    Found::Beyond if probe.scan => range.low = range.high,
+                    Found::Record { slot: s, .. } if s > slot => range.high = probe.offset,
+                    Found::Record { offset, .. } => range.low = offset + 1,
+                    Found::Beyond | Found::End { .. } => range.high = probe.offset,
                 }
             }
         }
     }
+}
+
+/// What reading a partition from a probe found.
+#[derive(Debug, Clone, Copy)]
+enum Found {
+    Record {
+        offset: i64,
+        slot: u64,
+    },
+    /// No record that tells before the probe's end.
+    Beyond,
+    /// The readable end, `next` being the offset after the last record read.
+    End {
+        next: i64,
+    },
+}
+
+/// Whether `m` is a copy sent back from the dead-letter topic.
+pub(super) fn redriven(m: &rdkafka::message::BorrowedMessage<'_>) -> bool {
+    use rdkafka::message::Headers;
+    m.headers().is_some_and(|h| h.iter().any(|h| h.key == REDRIVE_ORIGIN_HEADER))
+}
+
+/// The slot of a record that tells where the chain was: a chain transaction the ingest
+/// wrote. A copy sent back from the dead-letter topic does not (it carries an old slot
+/// among newer ones), nor does a record the processors dead-letter.
+pub(super) fn telling_slot(m: &rdkafka::message::BorrowedMessage<'_>) -> Option<u64> {
+    if redriven(m) {
+        return None;
+    }
+    TxView::decode(m.payload().unwrap_or_default()).ok().map(|tx| tx.slot)
 }
 
 /// Where one round reads a partition.

@@ -1,8 +1,9 @@
 //! The rebuilt state checked against the chain, then put in the live state's
 //! place in one step.
 //!
-//! The check compares each staged pool with the chain's state after the slot
-//! of the last swap it applied (as the scheduler's reconciliation does).
+//! The check compares each staged pool with the chain's state after a slot the
+//! replay has read every record of, or, for a pool changed after it, after the
+//! slot of the last swap it applied (as the scheduler's reconciliation does).
 //!
 //! The switch is one Lua script, so nothing runs between its check and its
 //! writes: it refuses while any live pool has applied a swap the staged one
@@ -27,52 +28,63 @@ use super::staged::chain_state;
 /// What the check found, pool by pool.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Verified {
-    /// Equal to the chain's state after the same swap.
+    /// The slot the pools were compared at: every partition's replay had read past it.
+    pub through: u64,
+    /// Equal to the chain's state after `through`, or, for a pool changed after it, after
+    /// the same swap.
     pub clean: usize,
-    /// The chain has later swaps of the pool in that slot: the replay is
-    /// mid-slot (the ingest has not written the rest yet).
+    /// Changed after `through`, and the chain has later swaps of the pool in that slot: the
+    /// replay is mid-slot (the ingest has not written the rest yet).
     pub behind: usize,
-    /// No staged state: the pool had no swap by the end of the replay.
+    /// Neither rebuilt state nor a swap on the chain by `through`.
     pub unseen: usize,
     /// The chain no longer keeps, or has not produced, that slot.
     pub unverifiable: usize,
-    /// Pools whose staged state differs from the chain's (at most ten named).
+    /// Pools whose rebuilt state differs from the chain's (at most ten named).
     pub drift: Vec<String>,
     pub drifted: usize,
 }
 
-/// Checks every staged pool of `pools` against the chain.
+impl Verified {
+    fn drifted(&mut self, what: String) {
+        self.drifted += 1;
+        if self.drift.len() < 10 {
+            self.drift.push(what);
+        }
+    }
+}
+
+/// Checks every staged pool of `pools` against the chain: at `through`, a slot the replay
+/// has read every record of (so a swap the replay missed, a late start among them, shows
+/// as drift), or, for a pool changed after it, after the same swap (the rest of that slot
+/// may not be in the topic yet).
 pub async fn verify(
     chain: &ChainClient<Channel>,
     conn: &mut redis::aio::MultiplexedConnection,
     staging: &str,
     pools: &[String],
+    through: u64,
 ) -> Result<Verified, RebuildError> {
-    let mut verified = Verified::default();
+    let mut verified = Verified { through, ..Verified::default() };
     for pool in pools {
-        let Some(ours) = read_pool(conn, staging, pool).await.map_err(RebuildError::Redis)? else {
-            verified.unseen += 1;
-            continue;
-        };
-        let slot = ours.last_applied.map_or(0, |s| s.slot);
-        let wire = match chain_state(chain, pool, slot).await {
+        let ours = read_pool(conn, staging, pool).await.map_err(RebuildError::Redis)?;
+        let own = ours.and_then(|o| o.last_applied).map(|s| s.slot).filter(|&s| s > through);
+        let at = own.unwrap_or(through);
+        let wire = match chain_state(chain, pool, at).await {
             Ok(wire) => wire,
             Err(s) if matches!(s.code(), Code::OutOfRange | Code::FailedPrecondition) => {
                 verified.unverifiable += 1;
                 continue;
             }
-            Err(s) => return Err(RebuildError::Chain(format!("GetPool {pool} at slot {slot}: {}", s.message()))),
+            Err(s) => return Err(RebuildError::Chain(format!("GetPool {pool} at slot {at}: {}", s.message()))),
         };
         let truth = PoolState::from_proto(&wire).map_err(|e| RebuildError::Chain(format!("state of {pool}: {e}")))?;
-        if truth.last_applied > ours.last_applied {
-            verified.behind += 1;
-        } else if truth == ours {
-            verified.clean += 1;
-        } else {
-            verified.drifted += 1;
-            if verified.drift.len() < 10 {
-                verified.drift.push(format!("{pool}: rebuilt {ours:?}, chain {truth:?}"));
-            }
+        match ours {
+            None if truth.last_applied.is_none() => verified.unseen += 1,
+            None => verified.drifted(format!("{pool}: not rebuilt, the chain has {truth:?} at slot {at}")),
+            Some(ours) if truth == ours => verified.clean += 1,
+            Some(ours) if own.is_some() && truth.last_applied > ours.last_applied => verified.behind += 1,
+            Some(ours) => verified.drifted(format!("{pool}: rebuilt {ours:?}, the chain {truth:?} at slot {at}")),
         }
     }
     Ok(verified)
