@@ -18,6 +18,12 @@ pub const CHAIN_TRANSACTIONS_DLQ: &str = "chain.transactions.dlq";
 /// (`sluice-ops dlq redrive`): where it was dead-lettered, `<topic>/<partition>/<offset>`.
 /// A processor whose workload dead-letters keys lifts a key when one comes.
 pub const REDRIVE_ORIGIN_HEADER: &str = "sluice.redrive.origin";
+
+/// Whether a record came back from the dead-letter topic (it carries [`REDRIVE_ORIGIN_HEADER`]).
+pub fn redriven(message: &impl rdkafka::Message) -> bool {
+    use rdkafka::message::Headers;
+    message.headers().is_some_and(|h| h.iter().any(|h| h.key == REDRIVE_ORIGIN_HEADER))
+}
 /// Recognised swaps, keyed by pool.
 pub const DEX_SWAPS: &str = "dex.swaps";
 /// Default partition count of the keyed topics.

@@ -289,8 +289,7 @@ async fn rebuild(
 
     let outputs = Staged::new(conn.clone(), &staging, &plan.tokens).await?;
     let handler = DexHandler::with_outputs(s.dex.clone(), outputs, &prometheus::Registry::new());
-    let starts = plan.starts.iter().map(|p| (p.partition, *p)).collect();
-    let mut replay = Replay::open(&s.kafka, &s.topic, &starts)?;
+    let mut replay = Replay::open(&s.kafka, &s.topic, &plan.starts)?;
     replay.catch_up(&handler, s.replay_limit).await?;
     seconds.replay = started.elapsed().as_secs_f64() - seconds.seed;
 

@@ -19,10 +19,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::{KafkaError, KafkaResult};
-use rdkafka::message::{BorrowedHeaders, Headers, Message};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
-
-use sluice_kafka::topics::REDRIVE_ORIGIN_HEADER;
 
 use crate::config::RuntimeConfig;
 use crate::handler::{Handler, Record};
@@ -119,15 +116,7 @@ fn poll_round<H: Handler>(consumer: &BaseConsumer<Ctx<H>>, batches: &mut Vec<(i3
     while taken < POLL_BATCH {
         match consumer.poll(wait) {
             Some(Ok(m)) => {
-                let record = Record {
-                    topic: ctx.topic.clone(),
-                    partition: m.partition(),
-                    offset: m.offset(),
-                    key: m.key().map(<[u8]>::to_vec),
-                    payload: m.payload().map(<[u8]>::to_vec),
-                    timestamp_ms: m.timestamp().to_millis(),
-                    redriven: m.headers().is_some_and(redriven),
-                };
+                let record = Record::from_message(ctx.topic.clone(), &m);
                 match batches.iter_mut().find(|(p, _)| *p == record.partition) {
                     Some((_, batch)) => batch.push(record),
                     None => {
@@ -273,9 +262,4 @@ fn shutdown<H: Handler>(consumer: &BaseConsumer<Ctx<H>>, drain: Duration) {
         tracing::warn!(error = %e, "Producer flush incomplete");
     }
     tracing::info!("Consumer stopped");
-}
-
-/// Whether a record came back from the dead-letter topic.
-fn redriven(headers: &BorrowedHeaders) -> bool {
-    headers.iter().any(|h| h.key == REDRIVE_ORIGIN_HEADER)
 }

@@ -22,6 +22,20 @@ pub struct Record {
 }
 
 impl Record {
+    /// The record `message` of `topic` holds, copied out of the client's buffer.
+    #[inline]
+    pub fn from_message(topic: Arc<str>, message: &impl rdkafka::Message) -> Self {
+        Self {
+            topic,
+            partition: message.partition(),
+            offset: message.offset(),
+            key: message.key().map(<[u8]>::to_vec),
+            payload: message.payload().map(<[u8]>::to_vec),
+            timestamp_ms: message.timestamp().to_millis(),
+            redriven: sluice_kafka::topics::redriven(message),
+        }
+    }
+
     /// Payload and key bytes, for the per-partition byte budget.
     pub fn size(&self) -> usize {
         self.payload.as_ref().map_or(0, Vec::len) + self.key.as_ref().map_or(0, Vec::len)

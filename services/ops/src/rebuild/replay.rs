@@ -62,11 +62,11 @@ impl std::fmt::Debug for Replay {
 
 impl Replay {
     /// Assigns every partition at its start.
-    pub fn open(kafka: &KafkaConfig, topic: &str, starts: &BTreeMap<i32, Start>) -> Result<Self, RebuildError> {
+    pub fn open(kafka: &KafkaConfig, topic: &str, starts: &[Start]) -> Result<Self, RebuildError> {
         let fail = |source| RebuildError::Kafka { topic: topic.to_string(), source };
         let consumer: StreamConsumer = kafka.reader(&format!("{topic}.rebuild")).create().map_err(fail)?;
         let mut tpl = TopicPartitionList::new();
-        for start in starts.values() {
+        for start in starts {
             tpl.add_partition_offset(topic, start.partition, Offset::Offset(start.offset)).map_err(fail)?;
         }
         consumer.assign(&tpl).map_err(fail)?;
@@ -75,7 +75,7 @@ impl Replay {
             consumer,
             marks,
             topic: Arc::from(topic),
-            next: starts.values().map(|s| (s.partition, s.offset)).collect(),
+            next: starts.iter().map(|s| (s.partition, s.offset)).collect(),
             at_end: HashSet::new(),
             slots: BTreeMap::new(),
             replayed: Replayed::default(),
@@ -166,15 +166,7 @@ impl Replay {
         if let Some(slot) = super::start::telling_slot(&message) {
             self.slots.insert(message.partition(), slot);
         }
-        Ok(Some(Record {
-            topic: self.topic.clone(),
-            partition: message.partition(),
-            offset: message.offset(),
-            key: message.key().map(<[u8]>::to_vec),
-            payload: message.payload().map(<[u8]>::to_vec),
-            timestamp_ms: message.timestamp().to_millis(),
-            redriven: super::start::redriven(&message),
-        }))
+        Ok(Some(Record::from_message(self.topic.clone(), &message)))
     }
 
     /// Hands `records` to the handler until none fails for a dependency (the apply is

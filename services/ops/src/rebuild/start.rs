@@ -19,7 +19,7 @@ use rdkafka::{Message, Offset, TopicPartitionList};
 use serde::Serialize;
 use sluice_core::txview::TxView;
 use sluice_kafka::KafkaConfig;
-use sluice_kafka::topics::REDRIVE_ORIGIN_HEADER;
+use sluice_kafka::topics::redriven;
 
 use super::RebuildError;
 
@@ -159,12 +159,6 @@ enum Found {
     End {
         next: i64,
     },
-}
-
-/// Whether `m` is a copy sent back from the dead-letter topic.
-pub(super) fn redriven(m: &rdkafka::message::BorrowedMessage<'_>) -> bool {
-    use rdkafka::message::Headers;
-    m.headers().is_some_and(|h| h.iter().any(|h| h.key == REDRIVE_ORIGIN_HEADER))
 }
 
 /// The slot of a record that tells where the chain was: a chain transaction the ingest
