@@ -155,7 +155,7 @@ fn ingest_config(stack: &Stack, topic: &str, chain_url: &str, transactional: boo
         chain_url: chain_url.to_string(),
         kafka: stack.kafka.clone(),
         topic: topic.to_string(),
-        redis_url: stack.redis_url.clone(),
+        redis: sluice_coord::endpoint::RedisEndpoint::url(stack.redis_url.as_str()),
         redis_prefix: format!("{topic}:"),
         instance_id: "bench".into(),
         lease_ttl: Duration::from_secs(5),

@@ -34,6 +34,11 @@
 #                                                         Redis also binds there (protected mode
 #                                                         off: no password, a test stack)
 #   SLUICE_REDIS_PORT             6379
+#   SLUICE_REDIS_TLS_PORT         redis port + 1          the same Redis over TLS (the stack's own CA,
+#                                                         tls/redis/; a client certificate required)
+#                                                         for the ACL user sluice only (keys and
+#                                                         channels under tls-*), as a managed
+#                                                         Redis is set up
 #   SLUICE_KAFKA_HEAP             512m                    broker -Xmx/-Xms
 #   SLUICE_KAFKA_VERSION          4.1.1                   org.apache.kafka:kafka_2.13 (3.9.x or 4.x)
 #   SLUICE_TOPIC_PARTITIONS       12                      chain.transactions, dex.swaps
@@ -72,6 +77,13 @@ SASL_USER=sluice
 SASL_PASSWORD=sluice-stack-secret
 TLS_PASSWORD=sluice-stack-tls
 REDIS_PORT=${SLUICE_REDIS_PORT:-6379}
+REDIS_TLS_PORT=${SLUICE_REDIS_TLS_PORT:-$((REDIS_PORT + 1))}
+# The ACL user of Redis's TLS port (not a secret, as the SASL user above). It may touch only
+# keys and channels under `tls-`, the prefix of the tests that use it (their names start with
+# it), so a service that strays from its prefix fails them, as it would on a managed Redis.
+REDIS_ACL_USER=sluice
+REDIS_ACL_PASSWORD=sluice-stack-redis
+REDIS_ACL_PATTERN='tls-*'
 KAFKA_HEAP=${SLUICE_KAFKA_HEAP:-512m}
 KAFKA_VERSION=${SLUICE_KAFKA_VERSION:-4.1.1}
 PARTITIONS=${SLUICE_TOPIC_PARTITIONS:-12}
@@ -82,11 +94,11 @@ BOOTSTRAP="127.0.0.1:$KAFKA_PORT"
 
 check_config() {
   local bad=0 v
-  for v in KAFKA_PORT CONTROLLER_PORT SECURE_PORT JMX_PORT REDIS_PORT; do
+  for v in KAFKA_PORT CONTROLLER_PORT SECURE_PORT JMX_PORT REDIS_PORT REDIS_TLS_PORT; do
     [[ ${!v} =~ ^[1-9][0-9]{0,4}$ ]] && ((${!v} < 65536)) || { warn "SLUICE_${v/JMX_PORT/KAFKA_JMX_PORT}=${!v} is not a port"; bad=1; }
   done
-  [[ $(printf '%s\n' "$KAFKA_PORT" "$CONTROLLER_PORT" "$SECURE_PORT" "$JMX_PORT" "$REDIS_PORT" | sort -u | wc -l) == 5 ]] ||
-    { warn "the five ports (Kafka, controller, SASL_SSL, JMX, Redis) must differ"; bad=1; }
+  [[ $(printf '%s\n' "$KAFKA_PORT" "$CONTROLLER_PORT" "$SECURE_PORT" "$JMX_PORT" "$REDIS_PORT" "$REDIS_TLS_PORT" | sort -u | wc -l) == 6 ]] ||
+    { warn "the six ports (Kafka, controller, SASL_SSL, JMX, Redis, Redis TLS) must differ"; bad=1; }
   [[ $KAFKA_HEAP =~ ^[0-9]+[kKmMgG]?$ ]] || { warn "SLUICE_KAFKA_HEAP=$KAFKA_HEAP is not a JVM size like 512m"; bad=1; }
   [[ $KAFKA_VERSION =~ ^(3\.9|4\.[0-9]+)\.[0-9]+$ ]] || { warn "SLUICE_KAFKA_VERSION=$KAFKA_VERSION is not a 3.9.x or 4.x.y version"; bad=1; }
   [[ -z $POD_ADDRESS || $POD_ADDRESS =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]] || { warn "SLUICE_STACK_POD_ADDRESS=$POD_ADDRESS is not an IPv4 address"; bad=1; }
@@ -97,7 +109,7 @@ check_config() {
 
 print_addresses() {
   log "kafka: $BOOTSTRAP (SASL_SSL: 127.0.0.1:$SECURE_PORT, SCRAM user $SASL_USER, CA $STACK_DIR/tls/ca.crt)"
-  log "redis: redis://127.0.0.1:$REDIS_PORT"
+  log "redis: redis://127.0.0.1:$REDIS_PORT (TLS: rediss://127.0.0.1:$REDIS_TLS_PORT, ACL user $REDIS_ACL_USER, CA $STACK_DIR/tls/redis/ca.crt)"
 }
 
 write_server_properties() {
@@ -153,17 +165,25 @@ save_config() {
     "SLUICE_TOPIC_PARTITIONS=$PARTITIONS" ${POD_ADDRESS:+"SLUICE_STACK_POD_ADDRESS=$POD_ADDRESS"} \
     ${SLUICE_KAFKA_CONTROLLER_PORT:+"SLUICE_KAFKA_CONTROLLER_PORT=$CONTROLLER_PORT"} \
     ${SLUICE_KAFKA_SECURE_PORT:+"SLUICE_KAFKA_SECURE_PORT=$SECURE_PORT"} \
-    ${SLUICE_KAFKA_JMX_PORT:+"SLUICE_KAFKA_JMX_PORT=$JMX_PORT"} >"$SAVED_ENV"
+    ${SLUICE_KAFKA_JMX_PORT:+"SLUICE_KAFKA_JMX_PORT=$JMX_PORT"} \
+    ${SLUICE_REDIS_TLS_PORT:+"SLUICE_REDIS_TLS_PORT=$REDIS_TLS_PORT"} >"$SAVED_ENV"
 }
 
 # Redis as docs/deploying.md ("The Redis Sluice needs") tells users to run theirs: every write in
 # the append-only file, fsynced each second (a crash of Redis loses nothing, one of the
 # machine at most a second), no snapshots, and no eviction (an evicted key is state lost).
+# Its TLS port serves the stack's ACL user only (`default` has no password, so there it is
+# refused: the TLS port is where the services' ACL and TLS settings are tested).
 start_redis() {
-  log "starting redis on 127.0.0.1${POD_ADDRESS:+ and $POD_ADDRESS}:$REDIS_PORT"
+  ensure_redis_tls
+  log "starting redis on 127.0.0.1${POD_ADDRESS:+ and $POD_ADDRESS}:$REDIS_PORT (TLS: $REDIS_TLS_PORT)"
+  local tls=$STACK_DIR/tls/redis
   # A second address is not loopback: protected mode would refuse it without a password.
   redis-server --port "$REDIS_PORT" --bind 127.0.0.1 ${POD_ADDRESS:+"$POD_ADDRESS"} --save "" \
     ${POD_ADDRESS:+--protected-mode no} \
+    --tls-port "$REDIS_TLS_PORT" --tls-cert-file "$tls/server.crt" --tls-key-file "$tls/server.key" \
+    --tls-ca-cert-file "$tls/ca.crt" --tls-auth-clients yes \
+    --user "$REDIS_ACL_USER" on ">$REDIS_ACL_PASSWORD" "~$REDIS_ACL_PATTERN" "&$REDIS_ACL_PATTERN" "+@all" \
     --appendonly yes --appendfsync everysec --maxmemory-policy noeviction \
     --daemonize yes --pidfile "$STACK_DIR/redis.pid" \
     --logfile "$STACK_DIR/logs/redis.log" --dir "$STACK_DIR/redis" 8>&- 9>&- ||
@@ -183,6 +203,25 @@ ensure_tls() {
     keytool -exportcert -rfc -alias broker -keystore "$STACK_DIR/tls/broker.p12" -storepass "$TLS_PASSWORD" \
       -file "$STACK_DIR/tls/ca.crt" && echo "$san" >"$STACK_DIR/tls/san"; } >>"$STACK_DIR/logs/tools.log" 2>&1 ||
     die_with_log "making the broker's TLS certificate failed" "$STACK_DIR/logs/tools.log"
+}
+
+# Redis's TLS port: a CA of the stack's own, the server's certificate (127.0.0.1, localhost
+# and the pod address) and a client certificate, EC keys in PKCS#8 PEM, made once per stack dir.
+ensure_redis_tls() {
+  local dir=$STACK_DIR/tls/redis san="IP:127.0.0.1,DNS:localhost${POD_ADDRESS:+,IP:$POD_ADDRESS}" who
+  [[ -f $dir/client.key && $(cat "$dir/san" 2>/dev/null) == "$san" ]] && return 0
+  command -v openssl >/dev/null || apt_install openssl openssl
+  rm -rf "$dir" && mkdir -p "$dir"
+  (openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 \
+      -subj /CN=sluice-stack-redis-ca -keyout "$dir/ca.key" -out "$dir/ca.crt" &&
+    for who in server client; do
+      openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=sluice-stack-redis-$who" \
+        -keyout "$dir/$who.key" -out "$dir/$who.csr" &&
+        openssl x509 -req -in "$dir/$who.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" -CAcreateserial -days 3650 \
+          -out "$dir/$who.crt" -extfile <(printf 'subjectAltName=%s\nextendedKeyUsage=%s\n' "$san" \
+          "$([[ $who == server ]] && echo serverAuth || echo clientAuth)") || exit 1
+    done && echo "$san" >"$dir/san") >>"$STACK_DIR/logs/tools.log" 2>&1 ||
+    die_with_log "making Redis's TLS certificates failed" "$STACK_DIR/logs/tools.log"
 }
 
 SCRAM_MARK=kafka-data/.sluice-scram-user
@@ -273,6 +312,8 @@ cmd_up() {
     log "already running (kafka pid $kpid, redis pid $rpid, $STACK_DIR)"
     port_open "$SECURE_PORT" ||
       warn "this broker has no SASL_SSL listener on $SECURE_PORT (started by an older stack.sh): run 'down', then 'up'"
+    port_open "$REDIS_TLS_PORT" ||
+      warn "this Redis has no TLS port on $REDIS_TLS_PORT (started by an older stack.sh): run 'down', then 'up'"
     print_addresses
     return 0
   fi
@@ -285,6 +326,7 @@ cmd_up() {
     [[ -z $POD_ADDRESS ]] || ensure_port_free "$POD_SECURE_PORT" "SLUICE_KAFKA_PORT (+8, the SASL_SSL listener for pods)"
   fi
   [[ -n $rpid ]] || ensure_port_free "$REDIS_PORT" SLUICE_REDIS_PORT
+  [[ -n $rpid ]] || ensure_port_free "$REDIS_TLS_PORT" SLUICE_REDIS_TLS_PORT
   save_config
   ensure_kafka_libs
   [[ -n $rpid ]] || apt_install redis-server redis-server
@@ -318,7 +360,7 @@ cmd_down() {
   if find_pid kafka >/dev/null || find_pid redis >/dev/null; then
     die "a process of this stack is still running"
   fi
-  for port in "$KAFKA_PORT" "$CONTROLLER_PORT" "$SECURE_PORT" "$REDIS_PORT"; do
+  for port in "$KAFKA_PORT" "$CONTROLLER_PORT" "$SECURE_PORT" "$REDIS_PORT" "$REDIS_TLS_PORT"; do
     if port_open "$port"; then warn "port $port still answers, not from this stack: $(port_owner "$port")"; fi
   done
   if ((stopped)); then log "stopped ($STACK_DIR)"; else log "nothing running ($STACK_DIR)"; fi
@@ -380,6 +422,10 @@ cmd_env() {
   [[ -z $POD_ADDRESS ]] || log "export SLUICE_KAFKA_POD_SECURE_BROKERS=$POD_ADDRESS:$POD_SECURE_PORT"
   [[ -z $POD_ADDRESS ]] || log "export SLUICE_REDIS_POD_URL=redis://$POD_ADDRESS:$REDIS_PORT"
   log "export SLUICE_REDIS_URL=redis://127.0.0.1:$REDIS_PORT"
+  log "export SLUICE_REDIS_TLS_URL=rediss://127.0.0.1:$REDIS_TLS_PORT"
+  log "export SLUICE_REDIS_TLS_DIR=$STACK_DIR/tls/redis"
+  log "export SLUICE_REDIS_ACL_USERNAME=$REDIS_ACL_USER"
+  log "export SLUICE_REDIS_ACL_PASSWORD=$REDIS_ACL_PASSWORD"
   log "export SLUICE_STACK_DIR=$STACK_DIR"
   log "export SLUICE_KAFKA_SECURE_BROKERS=127.0.0.1:$SECURE_PORT"
   log "export SLUICE_KAFKA_SECURE_CA=$STACK_DIR/tls/ca.crt"

@@ -140,18 +140,55 @@ def kafka_security_checks(args, rendered):
         check(all(env.get(prefix + f"KAFKA_SASL_{k}", {}).get("valueFrom", {}).get("secretKeyRef", {}).get("name") == "sluice-kafka-sasl"
                   for k in ("USERNAME", "PASSWORD")),
               f"sasl-tls: the {component}'s SASL credentials are env from the Secret")
-    for settings, expected in [
+    refused_renders(args, [
         (["kafka.sasl.enabled=true"], "kafka.sasl.secret"),
         (["kafka.tls.enabled=true", "kafka.tls.clientCert=true"], "kafka.tls.secret"),
         (["kafka.properties.sasl\\.password=x"], "sasl.password"),
         (["kafka.properties.a=x\\,y"], "/kafka/properties/a"),
         (["processor.env.KAFKA_PROPERTIES=x"], "/processor/env"),
-    ]:
+    ])
+
+
+def refused_renders(args, cases):
+    """Each case's `--set`s fail the render with a message naming what to fix."""
+    for settings, expected in cases:
         try:
             render(args, *[a for s in settings for a in ("--set", s)])
             check(False, f"{settings} fails the render")
         except RuntimeError as e:
             check(expected in str(e), f"{settings} fails the render, naming {expected}")
+
+
+def redis_security_checks(args, rendered):
+    """TLS and an ACL user for Redis: every service that uses it gets the same files and Secret."""
+    plain, secure = rendered.get("defaults", []), rendered.get("redis-tls", [])
+    check(not any(k.startswith(p + "REDIS_TLS") or k.startswith(p + "REDIS_USERNAME")
+                  for d in find(plain, "Deployment") for k in container_env(d)
+                  for p in ("SLUICE_PROCESSOR_", "SLUICE_SCHEDULER_", "SLUICE_INGEST_")),
+          "defaults: plain Redis, no TLS files or ACL user")
+    pods = [(c, find(secure, "Deployment", f"-{c}")) for c in ("processor", "scheduler", "ingest")]
+    pods.append(("ops", find(secure, "Job")))
+    for component, found in pods:
+        check(len(found) == 1, f"redis-tls: one {component} workload")
+        if len(found) != 1:
+            continue
+        spec = found[0]["spec"]["template"]["spec"]
+        prefix = "SLUICE_SCHEDULER_" if component == "scheduler" else f"SLUICE_{'PROCESSOR' if component == 'ops' else component.upper()}_"
+        env = container_env(found[0])
+        mounts = {m["mountPath"]: m["name"] for c in spec["containers"] for m in c.get("volumeMounts", [])}
+        volumes = {v["name"]: v.get("secret", {}).get("secretName") for v in spec.get("volumes", [])}
+        files = [env.get(prefix + f"REDIS_TLS_{k}_FILE", {}).get("value", "") for k in ("CA", "CERT", "KEY")]
+        check(env.get(prefix + "REDIS_URL", {}).get("value", "").startswith("rediss://")
+              and all(f and volumes.get(mounts.get(f.rsplit("/", 1)[0])) == "sluice-redis-tls" for f in files),
+              f"redis-tls: the {component} reaches rediss:// with the CA and client certificate mounted from the Secret ({files})")
+        refs = {k: env.get(prefix + f"REDIS_{k}", {}).get("valueFrom", {}).get("secretKeyRef", {}) for k in ("USERNAME", "PASSWORD")}
+        check(all(r.get("name") == "sluice-redis-acl" and r.get("key") == k.lower() for k, r in refs.items()),
+              f"redis-tls: the {component}'s ACL user and password are env from the Secret")
+    refused_renders(args, [
+        (["redis.tls.clientCert=true"], "redis.tls.secret"),
+        (["redis.tls.secret=x"], "rediss://"),
+        (["redis.tls.secretName=x"], "/redis/tls"),
+    ])
 
 
 def runbook_checks(deployed):
@@ -958,6 +995,7 @@ def main():
     exactly_once_checks(args, rendered)
     limit_and_schema_checks(args)
     kafka_security_checks(args, rendered)
+    redis_security_checks(args, rendered)
     lag_checks(args, rendered)
     external_scaler_checks(args, rendered)
     dockerfile_checks(rendered.get("demo", []))

@@ -48,6 +48,48 @@ value: {{ .Values.redis.url | quote }}
 {{- end }}
 {{- end -}}
 
+{{/* Where a Redis TLS Secret is mounted. */}}
+{{- define "sluice.redisTlsDir" -}}/etc/sluice/redis-tls{{- end -}}
+
+{{/* Fails the render on Redis settings that cannot work, naming them. */}}
+{{- define "sluice.redisChecks" -}}
+{{- $r := .Values.redis -}}
+{{- if and $r.tls.clientCert (not $r.tls.secret) }}
+{{- fail "redis.tls.clientCert needs redis.tls.secret: a Secret with tls.crt and tls.key (and ca.crt)" }}
+{{- end }}
+{{- if and $r.tls.secret (not $r.existingSecret) (not (hasPrefix "rediss://" $r.url)) }}
+{{- fail (printf "redis.tls.secret is set but redis.url (%s) is not rediss://: use a rediss:// URL or remove the Secret" $r.url) }}
+{{- end }}
+{{- end -}}
+
+{{/* Redis settings as env of a service that uses it; call with (dict "root" $ "prefix" "SLUICE_PROCESSOR_"). */}}
+{{- define "sluice.redisEnv" -}}
+{{- include "sluice.redisChecks" .root }}
+{{- $r := .root.Values.redis -}}
+- name: {{ .prefix }}REDIS_URL
+  {{- include "sluice.redisUrl" .root | nindent 2 }}
+- name: {{ .prefix }}REDIS_PREFIX
+  value: {{ $r.prefix | quote }}
+{{- if $r.tls.secret }}
+- name: {{ .prefix }}REDIS_TLS_CA_FILE
+  value: {{ printf "%s/ca.crt" (include "sluice.redisTlsDir" .root) | quote }}
+{{- end }}
+{{- if $r.tls.clientCert }}
+- name: {{ .prefix }}REDIS_TLS_CERT_FILE
+  value: {{ printf "%s/tls.crt" (include "sluice.redisTlsDir" .root) | quote }}
+- name: {{ .prefix }}REDIS_TLS_KEY_FILE
+  value: {{ printf "%s/tls.key" (include "sluice.redisTlsDir" .root) | quote }}
+{{- end }}
+{{- with $r.acl.secret }}
+- name: {{ $.prefix }}REDIS_USERNAME
+  valueFrom:
+    secretKeyRef: {name: {{ . }}, key: username, optional: true}
+- name: {{ $.prefix }}REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef: {name: {{ . }}, key: password}
+{{- end }}
+{{- end -}}
+
 {{/* Extra settings as env, prefixed; call with (dict "prefix" "SLUICE_PROCESSOR_" "env" .Values.processor.env). */}}
 {{- define "sluice.extraEnv" -}}
 {{- range $k, $v := .env }}
@@ -183,22 +225,39 @@ and "securityOnly" true for sluice-lag (its own client: librdkafka's tuning prop
 {{- end }}
 {{- end -}}
 
-{{/* The Kafka TLS Secret's volume mount (container) and volume (pod); empty without one. */}}
-{{- define "sluice.kafkaTlsMount" -}}
-{{- if .Values.kafka.tls.secret }}
+{{/* The TLS Secrets a service mounts: Kafka's unless "kafka" is false, Redis's unless "redis"
+is false; call with (dict "root" $ "redis" false). Empty without one. */}}
+{{- define "sluice.tlsSecrets" -}}
+{{- $s := list -}}
+{{- if and (or (not (hasKey . "kafka")) .kafka) .root.Values.kafka.tls.secret }}
+{{- $s = append $s (list "kafka-tls" (include "sluice.kafkaTlsDir" .root) .root.Values.kafka.tls.secret) }}
+{{- end }}
+{{- if and (or (not (hasKey . "redis")) .redis) .root.Values.redis.tls.secret }}
+{{- $s = append $s (list "redis-tls" (include "sluice.redisTlsDir" .root) .root.Values.redis.tls.secret) }}
+{{- end }}
+{{- toJson $s -}}
+{{- end -}}
+
+{{/* Their volume mounts (container) and volumes (pod); same arguments. */}}
+{{- define "sluice.tlsMounts" -}}
+{{- with (include "sluice.tlsSecrets" . | fromJsonArray) }}
 volumeMounts:
-  - name: kafka-tls
-    mountPath: {{ include "sluice.kafkaTlsDir" . }}
+  {{- range . }}
+  - name: {{ index . 0 }}
+    mountPath: {{ index . 1 }}
     readOnly: true
+  {{- end }}
 {{- end }}
 {{- end -}}
-{{- define "sluice.kafkaTlsVolume" -}}
-{{- if .Values.kafka.tls.secret }}
+{{- define "sluice.tlsVolumes" -}}
+{{- with (include "sluice.tlsSecrets" . | fromJsonArray) }}
 volumes:
-  - name: kafka-tls
+  {{- range . }}
+  - name: {{ index . 0 }}
     secret:
-      secretName: {{ .Values.kafka.tls.secret }}
+      secretName: {{ index . 2 }}
       defaultMode: 0440
+  {{- end }}
 {{- end }}
 {{- end -}}
 

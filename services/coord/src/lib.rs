@@ -26,11 +26,14 @@
 //! The store itself is checked with [`generation`]: a Redis that comes back
 //! empty, or another one, is told apart from the one the state lives in.
 //!
+//! Every service reaches that Redis through [`endpoint`]: URL, ACL user and TLS files.
+//!
 //! This is an efficiency-and-safety mechanism on one Redis primary, not a
 //! consensus protocol: what keeps correctness is the fenced write.
 
 #![forbid(unsafe_code)]
 
+pub mod endpoint;
 pub mod generation;
 pub mod keeper;
 

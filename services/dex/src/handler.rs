@@ -69,8 +69,8 @@ fn pow10(exp: u32) -> f64 {
 /// Why the handler could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("redis url: {0}")]
-    RedisUrl(#[source] redis::RedisError),
+    #[error("redis: {0}")]
+    Endpoint(#[from] sluice_coord::endpoint::EndpointError),
     #[error("redis sink: {0}")]
     Sink(#[from] SinkError),
 }
@@ -86,7 +86,7 @@ impl DexHandler<Live> {
         metrics: &RuntimeMetrics,
         expect: Expect,
     ) -> Result<Self, StartError> {
-        let client = redis::Client::open(redis.url.as_str()).map_err(StartError::RedisUrl)?;
+        let client = redis.endpoint.client()?;
         let state = StateStore { prefix: config.redis_prefix.clone(), expect };
         let sink = RedisSink::start(redis, scripts(), metrics, state)?;
         let outputs = Live::new(&config, sink);

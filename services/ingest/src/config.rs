@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use sluice_coord::endpoint::RedisEndpoint;
 use sluice_kafka::KafkaConfig;
 use sluice_service::env::{EnvReader, Unexpected};
 
@@ -62,7 +63,8 @@ pub struct IngestConfig {
     pub chain_url: String,
     pub kafka: KafkaConfig,
     pub topic: String,
-    pub redis_url: String,
+    /// The URL, ACL user and TLS files.
+    pub redis: RedisEndpoint,
     pub redis_prefix: String,
     pub instance_id: String,
     /// The active instance's lease; a standby takes over within about this
@@ -107,7 +109,7 @@ impl IngestConfig {
             chain_url: env.setting(&s::CHAIN_URL),
             kafka,
             topic,
-            redis_url: redis_url.clone().unwrap_or_default(),
+            redis: RedisEndpoint::read(env, redis_url.as_deref()),
             redis_prefix: env.setting(&s::REDIS_PREFIX),
             instance_id: env.setting_or(&s::INSTANCE_ID, sluice_service::env::default_instance_id("ingest")),
             lease_ttl: env.setting_ms(&s::LEASE_TTL_MS),

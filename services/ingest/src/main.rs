@@ -22,7 +22,8 @@ use tokio::sync::watch;
 const PREFIX: &str = "SLUICE_INGEST_";
 
 /// Every setting the ingest reads: its own and the Kafka client's.
-const TABLES: &[&[Setting]] = &[sluice_ingest::config::settings::SETTINGS, KAFKA_SETTINGS];
+const TABLES: &[&[Setting]] =
+    &[sluice_ingest::config::settings::SETTINGS, KAFKA_SETTINGS, sluice_coord::endpoint::SETTINGS];
 
 fn main() -> anyhow::Result<()> {
     if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
@@ -63,7 +64,7 @@ async fn run(config: IngestConfig) -> anyhow::Result<()> {
         .with_context(|| format!("binding the admin port {}", config.admin_listen))?;
     tracing::info!(%admin_addr, instance = config.instance_id, "Admin HTTP serving");
 
-    let client = redis::Client::open(config.redis_url.as_str()).context("SLUICE_INGEST_REDIS_URL")?;
+    let client = config.redis.client()?;
     let shutdown = signal::shutdown();
     tokio::pin!(shutdown);
     let connect = || redis::aio::ConnectionManager::new(client.clone());

@@ -80,7 +80,9 @@ struct RebuildArgs {
     /// The chain node's gRPC endpoint.
     #[arg(long, env = "SLUICE_OPS_CHAIN_URL")]
     chain_url: Option<String>,
-    /// The Redis the processors' state lives in.
+    /// The Redis the processors' state lives in (`redis://` or `rediss://`; an ACL user and
+    /// TLS files from SLUICE_PROCESSOR_REDIS_USERNAME, _PASSWORD, _TLS_CA_FILE, _TLS_CERT_FILE
+    /// and _TLS_KEY_FILE, as the processors read them).
     #[arg(long, env = "SLUICE_PROCESSOR_REDIS_URL")]
     redis_url: Option<String>,
     /// The processors' key prefix (SLUICE_PROCESSOR_REDIS_PREFIX, default sluice:).
@@ -289,6 +291,9 @@ fn run_rebuild(cli: &Cli, kafka: KafkaConfig, args: &RebuildArgs) -> anyhow::Res
         args.redis_url.as_deref().context("set --redis-url or SLUICE_PROCESSOR_REDIS_URL: the state store")?;
     let mut env = sluice_service::env::EnvReader::from_env("SLUICE_PROCESSOR_");
     let mut dex = sluice_dex::DexConfig::read(&mut env);
+    // The ACL user and TLS files come from the processors' own variables, as the chart's
+    // ops Job carries them.
+    let endpoint = sluice_coord::endpoint::RedisEndpoint::read(&mut env, Some(redis_url));
     anyhow::ensure!(env.problems().is_empty(), "{}", env.problems().join("; "));
     if let Some(prefix) = &args.redis_prefix {
         dex.redis_prefix.clone_from(prefix);
@@ -305,7 +310,7 @@ fn run_rebuild(cli: &Cli, kafka: KafkaConfig, args: &RebuildArgs) -> anyhow::Res
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let (plan, outcome) = runtime.block_on(async {
         let chain = rebuild::connect_chain(chain_url).await?;
-        let client = redis::Client::open(redis_url).context("--redis-url")?;
+        let client = endpoint.client()?;
         let mut conn = client.get_multiplexed_async_connection().await.context("connecting to Redis")?;
         let plan = rebuild::plan(&settings, &chain, &mut conn).await?;
         let outcome = match args.execute {

@@ -9,7 +9,7 @@
 
 use anyhow::Context;
 use sluice_dex::{DexConfig, DexHandler};
-use sluice_runtime::sink::{REDIS_SETTINGS, RedisConfig};
+use sluice_runtime::sink::{ENDPOINT_SETTINGS, REDIS_SETTINGS, RedisConfig};
 use sluice_runtime::{Runtime, RuntimeConfig};
 use sluice_service::env::{EnvReader, KAFKA_SETTINGS};
 use sluice_service::settings::{self, Setting};
@@ -19,8 +19,13 @@ const PREFIX: &str = "SLUICE_PROCESSOR_";
 
 /// Every setting the processor reads: the runtime's, the Kafka client's, the Redis sink's and
 /// the DEX workload's.
-const TABLES: &[&[Setting]] =
-    &[sluice_runtime::config::settings::SETTINGS, KAFKA_SETTINGS, REDIS_SETTINGS, sluice_dex::config::SETTINGS];
+const TABLES: &[&[Setting]] = &[
+    sluice_runtime::config::settings::SETTINGS,
+    KAFKA_SETTINGS,
+    REDIS_SETTINGS,
+    ENDPOINT_SETTINGS,
+    sluice_dex::config::SETTINGS,
+];
 
 fn main() -> anyhow::Result<()> {
     if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {

@@ -20,6 +20,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use sluice_chainsim::feed::{FeedOptions, FeedReport, feed};
 use sluice_chainsim::{Chain, ChainConfig, TxKind};
+use sluice_coord::endpoint::RedisEndpoint;
 use sluice_core::route::record_keys;
 use sluice_core::seq::Seq;
 use sluice_kafka::topics::TopicSpec;
@@ -34,6 +35,8 @@ pub struct Scenario {
     pub name: String,
     pub kafka: KafkaConfig,
     pub redis_url: String,
+    /// The same Redis with its ACL user and TLS files, if any (the checker reads through it).
+    pub redis: RedisEndpoint,
     pub input: String,
     pub swaps: String,
     pub dlq: String,
@@ -52,11 +55,16 @@ pub struct Scenario {
 impl Scenario {
     /// Creates the scenario's topics and token registry.
     pub async fn new(name: &str, redis_url: &str, transactions_per_sec: u32) -> Self {
+        Self::with_redis(name, RedisEndpoint::url(redis_url), transactions_per_sec).await
+    }
+
+    /// On a Redis reached with an ACL user or TLS: the processors get the same settings.
+    pub async fn with_redis(name: &str, redis: RedisEndpoint, transactions_per_sec: u32) -> Self {
         let id = unique(name);
         let s = Self {
             name: name.to_string(),
             kafka: sluice_testkit::kafka(),
-            redis_url: redis_url.to_string(),
+            redis_url: redis.url.clone(),
             input: format!("{id}.chain.transactions"),
             swaps: format!("{id}.dex.swaps"),
             dlq: format!("{id}.chain.transactions.dlq"),
@@ -66,13 +74,14 @@ impl Scenario {
             logs: std::env::temp_dir().join(&id),
             admin_ports: Default::default(),
             group_protocol: "classic",
-            env: Vec::new(),
+            env: endpoint_env(&redis),
+            redis,
         };
         std::fs::create_dir_all(&s.logs).unwrap();
         let specs = [TopicSpec::new(&s.input, 12), TopicSpec::new(&s.swaps, 12), TopicSpec::new(&s.dlq, 3)];
         ensure_topics(&s.kafka, &specs, Duration::from_secs(60)).await.expect("topics");
         let chain = Chain::new(s.chain.clone()).unwrap();
-        let client = redis::Client::open(s.redis_url.as_str()).unwrap();
+        let client = s.redis.client().unwrap();
         let mut conn = client.get_multiplexed_async_connection().await.expect("redis");
         sluice_dex::registry::publish(&mut conn, &s.prefix, &chain.tokens()).await.expect("registry");
         s
@@ -361,6 +370,22 @@ impl Report {
     }
 }
 
+/// The processor settings for `redis`'s user and TLS files (its URL is set apart).
+fn endpoint_env(redis: &RedisEndpoint) -> Vec<(String, String)> {
+    let path = |p: &std::path::Path| p.display().to_string();
+    let (cert, key) = redis.client_cert.as_ref().map(|(c, k)| (path(c), path(k))).unzip();
+    [
+        ("REDIS_USERNAME", redis.username.clone()),
+        ("REDIS_PASSWORD", redis.password.clone()),
+        ("REDIS_TLS_CA_FILE", redis.ca_file.as_deref().map(path)),
+        ("REDIS_TLS_CERT_FILE", cert),
+        ("REDIS_TLS_KEY_FILE", key),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
+    .collect()
+}
+
 /// Checks everything the processors did against the chain up to `feed.last_slot`.
 pub async fn check(s: &Scenario, fed: &FeedReport) -> Report {
     let last_slot = fed.last_slot.expect("fed something");
@@ -390,7 +415,7 @@ pub async fn check(s: &Scenario, fed: &FeedReport) -> Report {
     report.expected_swaps = expected.values().map(Vec::len).sum();
 
     // Redis: final state and the audit log of every applied sequence.
-    let client = redis::Client::open(s.redis_url.as_str()).unwrap();
+    let client = s.redis.client().unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     for pool in chain.pools() {
         report.pools_checked += 1;
@@ -508,6 +533,8 @@ pub fn ops_output(s: &Scenario, args: &[&str]) -> std::process::Output {
         .env("SLUICE_PROCESSOR_INPUT_TOPIC", &s.input)
         .env("SLUICE_PROCESSOR_DLQ_TOPIC", &s.dlq)
         .env("SLUICE_PROCESSOR_GROUP_ID", &s.group)
+        .env("SLUICE_PROCESSOR_REDIS_URL", &s.redis_url)
+        .envs(s.env.iter().map(|(k, v)| (format!("SLUICE_PROCESSOR_{k}"), v)))
         .output()
         .expect("sluice-ops")
 }

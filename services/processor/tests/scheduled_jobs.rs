@@ -45,7 +45,7 @@ async fn scheduler(instance: &str, prefix: &str, chain_url: &str) -> Engine {
     let jobs = sluice_scheduler::jobs::builtin(&config).expect("jobs");
     let entries = JobEntry::read_all(&mut env, jobs);
     env.finish().expect("valid scheduler configuration");
-    let client = redis::Client::open(config.redis_url.as_str()).expect("url");
+    let client = config.redis.client().expect("url");
     let conn = redis::aio::ConnectionManager::new(client).await.expect("redis");
     let store = RedisStore::new(conn, prefix, config.history_keep, config.history_ttl);
     let engine = Engine::new(config, Arc::new(store), Arc::new(SystemClock), Metrics::new(), entries);

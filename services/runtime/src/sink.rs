@@ -11,6 +11,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, RedisResult, Value};
 use tokio::sync::{Mutex, mpsc, oneshot};
 
+use sluice_coord::endpoint::RedisEndpoint;
 use sluice_coord::generation::Expect;
 use sluice_service::admin::NotReady;
 use sluice_service::env::EnvReader;
@@ -27,7 +28,8 @@ const IDLE_CHECK: Duration = Duration::from_secs(5);
 /// none: a workload reads this only if it uses a [`RedisSink`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisConfig {
-    pub url: String,
+    /// The URL, ACL user and TLS files ([`sluice_coord::endpoint`]).
+    pub endpoint: RedisEndpoint,
     /// Connections the batching writer keeps, whatever the concurrency.
     pub connections: usize,
     /// Most commands one round trip carries.
@@ -37,9 +39,9 @@ pub struct RedisConfig {
 /// `REDIS_URL`: where the store is.
 pub const REDIS_URL: Setting = Setting {
     name: "REDIS_URL",
-    kind: "`redis://host:port[/db]`",
+    kind: "`redis[s]://[user:password@]host:port[/db]`",
     default: Default::Required,
-    what: "the Redis the workload's state and registry live in (the runtime itself needs none)",
+    what: "the Redis the workload's state and registry live in (the runtime itself needs none); `rediss://` for TLS",
     why: "",
 };
 
@@ -61,15 +63,18 @@ pub const REDIS_MAX_BATCH: Setting = Setting {
     why: "a choice, not swept: at 70% load round trips carried 131 commands on average, below it (results/README.md)",
 };
 
-/// The Redis sink's settings, for a workload's table.
+/// The Redis sink's settings, for a workload's table (with the endpoint's: [`ENDPOINT_SETTINGS`]).
 pub const REDIS_SETTINGS: &[Setting] = &[REDIS_URL, REDIS_CONNECTIONS, REDIS_MAX_BATCH];
+
+/// The ACL user and TLS settings every service reads beside its `REDIS_URL`.
+pub use sluice_coord::endpoint::SETTINGS as ENDPOINT_SETTINGS;
 
 impl RedisConfig {
     /// Reads [`REDIS_SETTINGS`]; problems are collected in `env`. `None` without `REDIS_URL`.
     pub fn read(env: &mut EnvReader) -> Option<Self> {
         let url: Option<String> = env.required_setting(&REDIS_URL);
         let config = Self {
-            url: url.clone().unwrap_or_default(),
+            endpoint: RedisEndpoint::read(env, url.as_deref()),
             connections: env.setting(&REDIS_CONNECTIONS),
             max_batch: env.setting(&REDIS_MAX_BATCH),
         };
@@ -97,6 +102,10 @@ pub enum SinkError {
     /// Fewer replies came back than commands went (`what`: which).
     #[error("redis: no reply to {0}")]
     NoReply(&'static str),
+    /// The endpoint's settings do not make a client (checked when read, so only a caller
+    /// that built its own [`RedisConfig`] sees it).
+    #[error("redis: {0}")]
+    Endpoint(String),
     /// The sink's writers are gone (the sink stopped).
     #[error("redis: the writer stopped")]
     WriterStopped,
@@ -149,10 +158,10 @@ impl RedisSink {
         metrics: &RuntimeMetrics,
         state: StateStore,
     ) -> Result<Self, SinkError> {
-        let (url, connections, max_batch) = (config.url.as_str(), config.connections, config.max_batch);
+        let (connections, max_batch) = (config.connections, config.max_batch);
         // The series an alert reads exist from the start, at zero.
         metrics.retries.with_label_values(&[Dependency::Redis.as_str()]);
-        let client = redis::Client::open(url).map_err(SinkError::Redis)?;
+        let client = config.endpoint.client().map_err(|e| SinkError::Endpoint(e.to_string()))?;
         let (tx, rx) = mpsc::channel(max_batch * connections * 4);
         let rx = Arc::new(Mutex::new(rx));
         let healthy = Arc::new(AtomicBool::new(false));
@@ -381,7 +390,8 @@ mod tests {
         let mut env = reader(&[("REDIS_URL", "redis://r:6379")]);
         let config = RedisConfig::read(&mut env).expect("complete");
         env.finish().expect("no problems");
-        assert_eq!(config, RedisConfig { url: "redis://r:6379".into(), connections: 1, max_batch: 256 });
+        let endpoint = RedisEndpoint::url("redis://r:6379");
+        assert_eq!(config, RedisConfig { endpoint, connections: 1, max_batch: 256 });
 
         let mut env = reader(&[("REDIS_CONNECTIONS", "0")]);
         assert!(RedisConfig::read(&mut env).is_none(), "REDIS_URL is missing");

@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::str::FromStr;
 use std::time::Duration;
 
+use sluice_coord::endpoint::RedisEndpoint;
 use sluice_proto::scheduler::v1 as api;
 use sluice_service::env::{EnvReader, Unexpected};
 use sluice_service::settings::Setting;
@@ -166,7 +167,8 @@ impl JobSettings {
 /// Everything the scheduler needs to run.
 #[derive(Debug, Clone)]
 pub struct SchedulerConfig {
-    pub redis_url: String,
+    /// The URL, ACL user and TLS files.
+    pub redis: RedisEndpoint,
     /// Prefix of every Redis key (shared with the processors' keys).
     pub redis_prefix: String,
     /// The chain node (gRPC), for the token and reconciliation jobs.
@@ -228,7 +230,7 @@ impl SchedulerConfig {
     pub fn read(env: &mut EnvReader) -> Option<Self> {
         let redis_url: Option<String> = env.required_setting(&s::REDIS_URL);
         let config = Self {
-            redis_url: redis_url.clone().unwrap_or_default(),
+            redis: RedisEndpoint::read(env, redis_url.as_deref()),
             redis_prefix: env.setting(&s::REDIS_PREFIX),
             chain_url: env.setting(&s::CHAIN_URL),
             chain_timeout: env.setting_ms(&s::CHAIN_TIMEOUT_MS),

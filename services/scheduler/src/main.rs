@@ -55,6 +55,9 @@ async fn watch_generation(
 
 const PREFIX: &str = "SLUICE_SCHEDULER_";
 
+/// The service's own settings and its Redis endpoint's (ACL user, TLS files).
+const TABLES: &[&[settings::Setting]] = &[s::SETTINGS, sluice_coord::endpoint::SETTINGS];
+
 /// Where each job's settings are, in the docs and `--help`.
 const JOB_PREFIX: &str = "SLUICE_SCHEDULER_JOB_<NAME>_";
 
@@ -64,7 +67,7 @@ fn main() -> anyhow::Result<()> {
         let usage = "sluice-scheduler: runs every periodic job once per tick across its replicas; \
                      `sluice-scheduler admin --help` for the admin client.\n\
                      Its settings are environment variables (a bad or unknown one stops it with status 2):\n";
-        let (service, jobs) = (settings::help(PREFIX, &[s::SETTINGS]), settings::help(JOB_PREFIX, &[s::JOB_SETTINGS]));
+        let (service, jobs) = (settings::help(PREFIX, TABLES), settings::help(JOB_PREFIX, &[s::JOB_SETTINGS]));
         write!(
             std::io::stdout(),
             "{usage}\n{service}\nEach job's, <NAME> being TOKEN_REFRESH, POOL_RECONCILE or HEARTBEAT:\n{jobs}"
@@ -137,7 +140,7 @@ async fn run() -> anyhow::Result<()> {
             .with_context(|| format!("binding the admin port {}", config.admin_listen))?;
     tracing::info!(%admin_addr, instance = config.instance_id, "Admin HTTP serving");
 
-    let client = redis::Client::open(config.redis_url.as_str()).context("SLUICE_SCHEDULER_REDIS_URL")?;
+    let client = config.redis.client()?;
     let shutdown = signal::shutdown();
     tokio::pin!(shutdown);
     let connect = || redis::aio::ConnectionManager::new(client.clone());
@@ -190,7 +193,7 @@ mod tests {
         let jobs = jobs::builtin(&config).expect("jobs");
         let names: Vec<String> = jobs.iter().map(|j| j.name().to_uppercase().replace('-', "_")).collect();
         JobEntry::read_all(&mut env, jobs);
-        let mut declared = settings::names(&[s::SETTINGS]);
+        let mut declared = settings::names(TABLES);
         for job in &names {
             declared.extend(s::JOB_SETTINGS.iter().map(|s| format!("JOB_{job}_{}", s.name)));
         }
@@ -202,7 +205,7 @@ mod tests {
     fn the_docs_tables_are_the_code_s() {
         let page = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/scheduler.md");
         for (key, table) in [
-            ("scheduler", settings::markdown(PREFIX, &[s::SETTINGS])),
+            ("scheduler", settings::markdown(PREFIX, TABLES)),
             ("scheduler-jobs", settings::markdown(JOB_PREFIX, &[s::JOB_SETTINGS])),
         ] {
             if let Err(e) = settings::check_docs(&page, key, &table) {

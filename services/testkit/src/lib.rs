@@ -64,6 +64,51 @@ pub fn redis_url() -> String {
     required_env("SLUICE_REDIS_URL")
 }
 
+/// The test stack's Redis TLS port: its URL (`rediss://`), the PEM files of the stack's CA
+/// and of a client certificate it signed (the port requires one), and the ACL user
+/// (`SLUICE_REDIS_TLS_*`, `SLUICE_REDIS_ACL_*`, exported by `stack.sh env`).
+pub struct SecureRedis {
+    pub url: String,
+    pub ca: String,
+    pub cert: String,
+    pub key: String,
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for SecureRedis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecureRedis").field("url", &self.url).field("ca", &self.ca).finish_non_exhaustive()
+    }
+}
+
+impl SecureRedis {
+    /// The variables a service reads for it, after the service's prefix: `REDIS_URL`,
+    /// `REDIS_USERNAME`, `REDIS_PASSWORD` and the three `REDIS_TLS_*_FILE`s.
+    pub fn settings(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("REDIS_URL", self.url.clone()),
+            ("REDIS_USERNAME", self.username.clone()),
+            ("REDIS_PASSWORD", self.password.clone()),
+            ("REDIS_TLS_CA_FILE", self.ca.clone()),
+            ("REDIS_TLS_CERT_FILE", self.cert.clone()),
+            ("REDIS_TLS_KEY_FILE", self.key.clone()),
+        ]
+    }
+}
+
+pub fn secure_redis() -> SecureRedis {
+    let dir = required_env("SLUICE_REDIS_TLS_DIR");
+    SecureRedis {
+        url: required_env("SLUICE_REDIS_TLS_URL"),
+        ca: format!("{dir}/ca.crt"),
+        cert: format!("{dir}/client.crt"),
+        key: format!("{dir}/client.key"),
+        username: required_env("SLUICE_REDIS_ACL_USERNAME"),
+        password: required_env("SLUICE_REDIS_ACL_PASSWORD"),
+    }
+}
+
 /// A name no other test (or test run) uses: topics, groups, Redis keys.
 pub fn unique(prefix: &str) -> String {
     static COUNTER: AtomicU32 = AtomicU32::new(0);

@@ -33,7 +33,7 @@ pub const KAFKA_BROKERS: Setting =
 
 pub const REDIS_URL: Setting = Setting::new(
     "REDIS_URL",
-    "`redis://host:port[/db]`",
+    "`redis[s]://[user:password@]host:port[/db]`",
     Default::Required,
     "the Redis holding the cursor and the active instance's lease",
     "",

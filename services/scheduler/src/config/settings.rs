@@ -27,7 +27,7 @@ pub const SETTINGS: &[Setting] = &[
 
 pub const REDIS_URL: Setting = Setting::new(
     "REDIS_URL",
-    "`redis://host:port[/db]`",
+    "`redis[s]://[user:password@]host:port[/db]`",
     Default::Required,
     "the Redis holding claims, leases, the run history and pauses",
     "",
