@@ -197,7 +197,7 @@ def runbook_checks(deployed):
     base = yaml.safe_load((CHART / "values.yaml").read_text())["monitoring"]["alerts"]["runbookUrl"]
     readme = (CHART / "README.md").read_text()
     sections = dict(re.findall(r"^### (\w+)\n(.*?)(?=^##)", readme + "\n##", re.M | re.S))
-    for rule in (r for g in deployed["groups"] for r in g["rules"]):
+    for rule in (r for g in deployed["groups"] for r in g["rules"] if "alert" in r):
         alert, url = rule["alert"], rule["annotations"].get("runbook_url")
         section = sections.get(alert, "")
         check(url == f"{base}#{alert.lower()}" and all(f"**{part}**" in section for part in ("What it means", "Look at", "Do")),
@@ -487,8 +487,9 @@ def promql_parses(args, exprs):
 
 
 def metric_names(text):
-    """Every Sluice (and kafka_exporter-named) metric name a rule or a dashboard query mentions."""
-    return set(re.findall(r"\b(?:sluice|kafka)_[a-z0-9_]+", text))
+    """Every Sluice (kafka_exporter-named, process_*) metric name and every Sluice recorded
+    series a rule or a dashboard query mentions."""
+    return set(re.findall(r"\b(?:(?:sluice|kafka|process)_[a-z0-9_]+|sluice:[a-z0-9_:]+)", text))
 
 
 def rules_checks(args, rule):
@@ -507,7 +508,7 @@ def rules_checks(args, rule):
     tests_file = DEPLOY / "prometheus" / "sluice-rules.test.yaml"
     out = subprocess.run([args.promtool, "test", "rules", tests_file.name], capture_output=True, text=True, cwd=tests_file.parent)
     check(out.returncode == 0, "promtool test rules: every alert's unit tests pass" + ("" if out.returncode == 0 else f"\n{out.stdout}{out.stderr}"))
-    alerts = {r["alert"] for g in deployed["groups"] for r in g["rules"]}
+    alerts = {r["alert"] for g in deployed["groups"] for r in g["rules"] if "alert" in r}
     cases = [c for t in yaml.safe_load(tests_file.read_text())["tests"] for c in t.get("alert_rule_test", [])]
     for alert in sorted(alerts):
         fires = any(c["alertname"] == alert and c.get("exp_alerts") for c in cases)
@@ -517,7 +518,7 @@ def rules_checks(args, rule):
               "SluiceLagRecordsLost", "SluiceProcessorsAbsent", "SluiceLagDown", "SluiceInputPartitionsDrift",
               "SluiceProcessorNotReady", "SluiceDeadLettersHigh", "SluicePartitionPaused",
               "SluiceSchedulerJobNoSuccess", "SluiceSchedulerStaleWrites", "SluiceSchedulerDown",
-              "SluiceIngestCursorLost", "SluiceStateStoreReplaced"}
+              "SluiceIngestCursorLost", "SluiceStateStoreReplaced", "SluiceFreshnessBudgetBurn", "SluiceCostPerRecordRising"}
     check(wanted <= alerts, f"the alerts cover lag, time lag, stalls, retention, absent processors, sluice-lag itself, readiness, dead letters, paused partitions, job success and stale writes ({sorted(wanted - alerts)} missing)")
     lag_from_processors = sorted(m for m in metric_names(rules_file.read_text()) if m.startswith("sluice_processor_") and "lag" in m)
     check(not lag_from_processors, f"no rule reads a processor's own lag ({lag_from_processors})")
@@ -564,7 +565,8 @@ def monitoring_checks(args, rendered):
     for needed in ["Time lag per group", "Time lag per partition", "lag per partition", "Time to drain", "Retention headroom",
                    "by status", "Records per second", "p99", "Processors", "Runs by job", "Dead-lettered"]:
         check(needed.lower() in titles.lower(), f"the dashboard shows {needed!r}")
-    promql = [q.replace("$namespace", "x").replace("$consumergroup", ".+").replace("$__rate_interval", "5m") for q in queries]
+    promql = [q.replace("$namespace", "x").replace("$consumergroup", ".+").replace("$swaps_topic", ".+")
+              .replace("$__rate_interval", "5m") for q in queries]
     complaint = promql_parses(args, promql)
     check(complaint is None, f"all {len(queries)} dashboard queries are valid PromQL" + (f": {complaint}" if complaint else ""))
 
@@ -617,6 +619,7 @@ def prometheus_checks(args):
     for panel in model["panels"]:
         for target in panel.get("targets", []):
             query = (target["expr"].replace("$namespace", "sluice-demo").replace("$consumergroup", ".+")
+                     .replace("$swaps_topic", ".+")
                      .replace("$__rate_interval", "10s"))
             out = prometheus_api(args, "query_range", query=query, start=start, end=end, step=2)
             if out.get("status") != "success":

@@ -224,6 +224,8 @@ groups:
             {{ "{{" }} $labels.pod {{ "}}" }} in {{ "{{" }} $labels.namespace {{ "}}" }} finds no cursor in Redis while the topic holds records:
             Redis was reset or replaced. It sends nothing until the cursor is restored or LOST_CURSOR=resend is set.
           {{- include "sluice.runbook" (list $ "SluiceIngestCursorLost") | nindent 10 }}
+  {{- include "sluice.rules.cost" (dict "root" $ "ns" $ns) | nindent 2 }}
+  {{- include "sluice.rules.freshness" (dict "root" $ "ns" $ns) | nindent 2 }}
   - name: sluice.scheduler
     rules:
       {{- include "sluice.rules.noSuccessRule" (dict "root" $ "window" $a.schedulerJobNoSuccess.windowSeconds "ns" $ns "for" $a.schedulerJobNoSuccess.for "selector" (ternary "" (printf "job_name!~%q" (keys $windows | sortAlpha | join "|")) (empty $windows))) | nindent 6 }}

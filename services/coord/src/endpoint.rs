@@ -168,6 +168,10 @@ impl RedisEndpoint {
             settings = settings.set_password(password);
         }
         info = info.set_redis_settings(settings);
+        if let ConnectionAddr::Tcp(_, port) | ConnectionAddr::TcpTls { port, .. } = info.addr() {
+            // This process's connections to the port are Redis's (`<service>_tcp_connections`).
+            sluice_service::connections::declare("redis", &format!(":{port}"));
+        }
         let tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
         if !tls {
             if self.ca_file.is_some() || self.client_cert.is_some() {

@@ -23,6 +23,7 @@ mod procs;
 mod report;
 mod run;
 mod shutdown;
+mod signals;
 mod system;
 
 use std::path::PathBuf;

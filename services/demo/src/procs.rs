@@ -108,10 +108,15 @@ pub fn stack_script() -> PathBuf {
 /// Cumulative histogram buckets of `name` summed over every text and
 /// series: (upper bound, count), sorted.
 pub fn buckets<'a>(texts: impl IntoIterator<Item = &'a str>, name: &str) -> Vec<(f64, f64)> {
+    buckets_where(texts, name, "")
+}
+
+/// [`buckets`] of the series whose line contains `labels` (e.g. `topic="dex.swaps"`).
+pub fn buckets_where<'a>(texts: impl IntoIterator<Item = &'a str>, name: &str, labels: &str) -> Vec<(f64, f64)> {
     let prefix = format!("{name}_bucket{{");
     let mut out: Vec<(f64, f64)> = Vec::new();
     for text in texts {
-        for line in text.lines().filter(|l| l.starts_with(&prefix)) {
+        for line in text.lines().filter(|l| l.starts_with(&prefix) && l.contains(labels)) {
             let Some(le) = line.split("le=\"").nth(1).and_then(|r| r.split('"').next()) else { continue };
             let bound = if le == "+Inf" { f64::INFINITY } else { le.parse().unwrap_or(f64::INFINITY) };
             let count: f64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0.0);

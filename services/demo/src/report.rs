@@ -36,6 +36,9 @@ pub struct Sample {
     pub records_per_sec: f64,
     /// End-to-end (event time to done) p99 over the last second, ms.
     pub p99_ms: Option<f64>,
+    /// Freshness p99 over the last second: the swaps' age when readable (block time to their
+    /// transaction's commit or acknowledgement), ms.
+    pub freshness_p99_ms: Option<f64>,
     pub heartbeat_runs: u64,
     pub token_refresh_runs: u64,
     pub reconcile_runs: u64,
@@ -115,6 +118,8 @@ pub struct Report {
     pub values_files: Vec<String>,
     pub values_set: Vec<(String, String)>,
     pub summary: Summary,
+    /// The swaps' freshness and the processors' CPU per record over the run.
+    pub signals: crate::signals::SignalsSummary,
     pub scaling: Vec<Scaled>,
     pub timeline: Vec<Sample>,
     /// `--chaos`: the faults and the outputs' check.
@@ -165,9 +170,11 @@ pub fn view(s: &Sample, seconds: u64, draining: bool, active_ingest: Option<usiz
     let lag_s = s.lag_seconds.map_or("-".into(), |l| format!("{l:.1} s"));
     let status = s.lag_status.as_deref().unwrap_or("-");
     let p99 = s.p99_ms.map_or("-".to_string(), |p| format!("{p:.0} ms"));
+    let fresh = s.freshness_p99_ms.map_or("-".to_string(), |p| format!("{p:.0} ms"));
     format!(
         "  {phase:<10} chain slot {:<6} {:>7} tx/s   ingest {:>7} tx/s (active: {})\n  \
-         lag {:>8} records, time lag {lag_s:>6} ({status})  processors {}  throughput {:>7} records/s  p99 {p99}\n  \
+         lag {:>8} records, time lag {lag_s:>6} ({status})  processors {}  throughput {:>7} records/s  p99 {p99}  \
+         freshness p99 {fresh}\n  \
          scheduler runs: heartbeat {}, token-refresh {}, pool-reconcile {}",
         s.chain_head_slot,
         thousands(s.chain_tx_per_sec),
@@ -322,6 +329,7 @@ pub fn summary_text(r: &Report) -> String {
     line("Sluice demo summary".into());
     line("-------------------".into());
     scaling_lines(r, &mut line);
+    signal_lines(&r.signals, &mut line);
     state_lines(&r.summary, &mut line);
     if let Some(c) = &r.chaos {
         chaos_lines(c, &mut line);
@@ -332,6 +340,23 @@ pub fn summary_text(r: &Report) -> String {
     }
     line(format!("result                   {}", if r.passed() { "PASS" } else { "FAIL" }));
     out
+}
+
+/// Freshness and cost, as the processors measured them.
+fn signal_lines(s: &crate::signals::SignalsSummary, line: &mut impl FnMut(String)) {
+    let secs =
+        |v: Option<f64>| v.map_or("-".to_string(), |v| if v.is_finite() { format!("{v} s") } else { "> 600 s".into() });
+    let within = s.within_objective.map_or("-".to_string(), |w| format!("{:.2}%", w * 100.0));
+    line(format!(
+        "freshness (swaps)        p50 {}, p99 {} from block to readable (read_committed); {within} within {} s",
+        secs(s.freshness_p50_seconds),
+        secs(s.freshness_p99_seconds),
+        crate::signals::OBJECTIVE_SECONDS,
+    ));
+    let cost = s.processor_cpu_us_per_record.map_or("-".to_string(), |c| format!("{c:.1}"));
+    line(format!(
+        "processor cost           {cost:>12}  CPU-µs per record (whole processes, sluice_processor_* over the run)"
+    ));
 }
 
 /// The traffic, the lag and how the processors scaled.

@@ -23,6 +23,7 @@ use crate::autoscale::{self, Autoscaler, Overrides};
 use crate::chaos::{self, Chaos};
 use crate::procs::{self, Proc, buckets, quantile, say};
 use crate::report::{self, Sample, Settings};
+use crate::signals::Signals;
 use crate::system::{Names, System, lag, wait_for};
 use crate::{cpu, kubernetes, outputs};
 
@@ -175,6 +176,8 @@ struct Live {
     /// (when, committed, ingest transactions, chain head) at the last sample.
     last: Option<(Instant, u64, f64, u64)>,
     latency_before: Vec<(f64, f64)>,
+    /// The swaps' freshness and the processors' CPU per record, added up over the run.
+    signals: Signals,
     peak_lag: u64,
     /// Lines of the live view on the terminal, to redraw over.
     printed: usize,
@@ -203,6 +206,7 @@ impl Live {
             scaled_down_after: None,
             last: None,
             latency_before: Vec::new(),
+            signals: Signals::new(&system.names.swaps),
             peak_lag: 0,
             printed: 0,
             wanted: match &system.kube {
@@ -270,7 +274,9 @@ impl Live {
             Err(_) => self.timeline.last().map_or(0, |s: &Sample| s.chain_head_slot),
         };
         let active = ingest_texts.iter().position(|t| metric(t, "sluice_ingest_active", "") == 1.0);
-        let proc_texts = system.metrics_of("processor");
+        let named = system.named_metrics("processor");
+        let freshness_p99 = self.signals.sample(named.iter().map(|(n, t)| (n.as_str(), t.as_str())));
+        let proc_texts: Vec<String> = named.into_iter().map(|(_, t)| t).collect();
         let latency_now = buckets(proc_texts.iter().map(String::as_str), "sluice_processor_end_to_end_latency_seconds");
         let p99 = quantile(&self.latency_before, &latency_now, 0.99);
         self.latency_before = latency_now;
@@ -312,6 +318,7 @@ impl Live {
             processors: system.processor_count(),
             records_per_sec: throughput,
             p99_ms: p99.map(|s| s * 1000.0),
+            freshness_p99_ms: freshness_p99.map(|s| s * 1000.0),
             heartbeat_runs: runs("heartbeat"),
             token_refresh_runs: runs("token-refresh"),
             reconcile_runs: runs("pool-reconcile"),
@@ -484,6 +491,7 @@ async fn finish(
         values_files: args.values_files().iter().map(|p| p.display().to_string()).collect(),
         values_set: autoscale::helm_sets(overrides),
         summary,
+        signals: live.signals.summary(),
         scaling: live.decisions,
         timeline: live.timeline,
         chaos,

@@ -208,6 +208,18 @@ impl System {
         local.into_iter().map(Proc::metrics).collect()
     }
 
+    /// [`System::metrics_of`] with each process's or pod's name.
+    pub fn named_metrics(&self, component: &str) -> Vec<(String, String)> {
+        let names: Vec<String> = match (&self.kube, component) {
+            (Some(_), _) => self.serving(component).map(|p| p.name.clone()).collect(),
+            (None, "processor") => self.processors.iter().map(|p| p.name.clone()).collect(),
+            (None, "ingest") => self.ingest.iter().map(|p| p.name.clone()).collect(),
+            (None, "scheduler") => self.schedulers.iter().map(|p| p.name.clone()).collect(),
+            (None, _) => self.lag.iter().map(|p| p.name.clone()).collect(),
+        };
+        names.into_iter().zip(self.metrics_of(component)).collect()
+    }
+
     /// The local sluice-lag (the stand-in's; with --kubernetes it is the chart's pod).
     pub fn start_lag(&mut self) -> anyhow::Result<()> {
         if self.kube.is_some() {

@@ -82,6 +82,7 @@ pub struct BadChainUrl {
 
 /// The chain client, connected lazily (the chain may come up later).
 pub fn chain_client(url: &str) -> Result<ChainClient<Channel>, BadChainUrl> {
+    sluice_service::connections::declare("chain", url);
     let endpoint = Channel::from_shared(url.to_string())
         .map_err(|source| BadChainUrl { url: url.to_string(), source })?
         .connect_timeout(Duration::from_secs(5));

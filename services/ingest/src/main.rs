@@ -53,6 +53,7 @@ fn main() -> anyhow::Result<()> {
 
 async fn run(config: IngestConfig) -> anyhow::Result<()> {
     let metrics = Metrics::new();
+    sluice_service::connections::declare("kafka", &config.kafka.brokers);
     let (stop_tx, stop_rx) = watch::channel(false);
     let (ready, check) = sluice_service::admin::switch("not connected to Redis");
     let mut admin_stop = stop_rx.clone();

@@ -88,6 +88,7 @@ async fn run() -> anyhow::Result<()> {
         }
     };
     let metrics = Metrics::with_burrow(config.burrow_cluster.as_deref());
+    sluice_service::connections::declare("kafka", &config.brokers);
     let (picture_tx, picture_rx) = watch::channel(Arc::new(Picture::default()));
     // Ready while polls succeed: the last clean poll is recent.
     let last_ok = Arc::new(AtomicI64::new(0));

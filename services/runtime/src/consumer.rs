@@ -258,7 +258,7 @@ fn shutdown<H: Handler>(consumer: &BaseConsumer<Ctx<H>>, drain: Duration) {
         let drained = ctx.drain(&left, drain);
         ctx.commit_drained(consumer, drained);
     }
-    if let Err(e) = ctx.shared.kafka.flush(Duration::from_secs(5)) {
+    if let Some(Err(e)) = ctx.shared.kafka.as_ref().map(|k| k.flush(Duration::from_secs(5))) {
         tracing::warn!(error = %e, "Producer flush incomplete");
     }
     tracing::info!("Consumer stopped");

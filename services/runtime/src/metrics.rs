@@ -5,6 +5,8 @@
 //! low cardinality (topic, partition, outcome, kind, sink): never a key.
 //! Every series carries `workload` and `consumergroup`, constant per process.
 
+use std::sync::Arc;
+
 use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 use sluice_service::label;
 use sluice_service::metrics::Registrar;
@@ -16,6 +18,8 @@ pub struct RuntimeMetrics {
     pub messages: IntCounterVec,
     pub handle_seconds: Histogram,
     pub end_to_end_seconds: Histogram,
+    /// `visible_age_seconds{topic}`: see [`RuntimeMetrics::observe_visible`].
+    pub visible_age_seconds: HistogramVec,
     pub in_flight: IntGaugeVec,
     pub committed_offset: IntGaugeVec,
     pub high_watermark: IntGaugeVec,
@@ -126,7 +130,39 @@ impl PartitionSeries {
     }
 }
 
+/// `visible_age_seconds`'s buckets: a freshness objective must be one of them (the chart's
+/// schema lists them).
+pub const VISIBLE_AGE_BUCKETS: [f64; 14] =
+    [0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0];
+
+/// `visible_age_seconds{topic}`.
+fn visible_age(r: &Registrar) -> HistogramVec {
+    r.histograms(
+        "visible_age_seconds",
+        "Age of an output record (from its input's event time: the block time for the DEX) when a read_committed reader can first read it: its transaction committed, or without transactions, its group of outputs acknowledged; by topic",
+        &["topic"],
+        &VISIBLE_AGE_BUCKETS,
+    )
+}
+
 impl RuntimeMetrics {
+    /// Observes each `(topic, event time)`'s age now, as its output became visible.
+    pub(crate) fn observe_visible<'a>(&self, outputs: impl Iterator<Item = (&'a Arc<str>, i64)>) {
+        let now = sluice_core::clock::now_ms();
+        // One series lookup per topic, not per output (a batch holds a topic or two).
+        let mut series: Vec<(&Arc<str>, Histogram)> = Vec::with_capacity(2);
+        for (topic, event_ms) in outputs {
+            let at = match series.iter().position(|(t, _)| *t == topic) {
+                Some(i) => i,
+                None => {
+                    series.push((topic, self.visible_age_seconds.with_label_values(&[&**topic])));
+                    series.len() - 1
+                }
+            };
+            series[at].1.observe(now.saturating_sub(event_ms).max(0) as f64 / 1000.0);
+        }
+    }
+
     /// Creates and registers every metric in a fresh registry whose series
     /// all carry `workload` and `consumergroup` (the workload's metrics too,
     /// registered in [`RuntimeMetrics::registry`]).
@@ -155,6 +191,7 @@ impl RuntimeMetrics {
                 "Time from a record's event time to its completion",
                 &e2e,
             ),
+            visible_age_seconds: visible_age(&r),
             commits: r.counters(
                 "commits_total",
                 "Offset commits: periodic ones sent (sent), synchronous ones (ok or the error code)",

@@ -71,7 +71,13 @@ pub(crate) fn settle(records: Vec<Record>, results: Vec<Result<Handled, HandleEr
                 outputs: handled
                     .publish
                     .into_iter()
-                    .map(|p| Output { topic: p.topic, key: p.key, payload: p.payload, headers: None })
+                    .map(|p| Output {
+                        topic: p.topic,
+                        key: p.key,
+                        payload: p.payload,
+                        headers: None,
+                        event_time_ms: handled.event_time_ms,
+                    })
                     .collect(),
             }),
             Err(HandleError::Invalid { kind, message }) => {
@@ -132,6 +138,7 @@ fn dead_letter(record: &Record, dlq: &DeadLetters, kind: &str, message: &str) ->
         key: record.key.clone().unwrap_or_default(),
         payload: record.payload.clone().unwrap_or_default(),
         headers: Some(headers),
+        event_time_ms: record.timestamp_ms,
     }
 }
 

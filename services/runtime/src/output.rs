@@ -31,6 +31,10 @@ pub struct Output {
     pub key: Vec<u8>,
     pub payload: Vec<u8>,
     pub headers: Option<OwnedHeaders>,
+    /// Its input record's event time (Unix ms: the workload's, the block time for the DEX, or
+    /// the input's Kafka timestamp for a dead letter): the freshness its visibility is measured
+    /// from (`visible_age_seconds`).
+    pub event_time_ms: Option<i64>,
 }
 
 /// Where a group's owner hears that a group is through: its id.
@@ -44,17 +48,27 @@ pub(crate) struct Group {
     failed: Mutex<Vec<(Output, KafkaError)>>,
     done: GroupDone,
     started: Instant,
+    /// Each output's topic and event time: their ages are observed when the group lands.
+    events: Vec<(Arc<str>, i64)>,
 }
 
 impl Group {
-    pub(crate) fn new(id: u64, outputs: usize, done: GroupDone) -> Arc<Self> {
+    pub(crate) fn new(id: u64, outputs: &[Output], done: GroupDone) -> Arc<Self> {
         Arc::new(Self {
             id,
-            remaining: AtomicUsize::new(outputs),
+            remaining: AtomicUsize::new(outputs.len()),
             failed: Mutex::new(Vec::new()),
             done,
             started: Instant::now(),
+            events: outputs.iter().filter_map(|o| Some((o.topic.clone(), o.event_time_ms?))).collect(),
         })
+    }
+
+    /// The oldest event time among the group's outputs: what a failed output is sent again
+    /// with (which of them failed is not known to the delivery report), so its age is never
+    /// understated.
+    fn oldest_event(&self) -> Option<i64> {
+        self.events.iter().map(|(_, t)| *t).min()
     }
 
     /// The outputs whose delivery failed, with why (to be sent again).
@@ -138,8 +152,14 @@ impl KafkaSink {
         headers: Option<OwnedHeaders>,
     ) -> Result<(), SinkError> {
         let (done, mut acked) = mpsc::unbounded_channel();
-        let group = Group::new(0, 1, done);
-        let out = Output { topic: Arc::from(topic), key: key.to_vec(), payload: payload.to_vec(), headers };
+        let out = Output {
+            topic: Arc::from(topic),
+            key: key.to_vec(),
+            payload: payload.to_vec(),
+            headers,
+            event_time_ms: None,
+        };
+        let group = Group::new(0, std::slice::from_ref(&out), done);
         loop {
             match self.try_enqueue(&out, &group) {
                 Ok(()) => break,
@@ -194,11 +214,17 @@ impl ProducerContext for Deliveries {
                 key: message.key().unwrap_or_default().to_vec(),
                 payload: message.payload().unwrap_or_default().to_vec(),
                 headers,
+                event_time_ms: group.oldest_event(),
             };
             group.failed.lock().unwrap_or_else(|e| e.into_inner()).push((out, e.clone()));
         }
         if group.settle_one() {
             self.seconds.observe(group.started.elapsed().as_secs_f64());
+            // Landed whole: readers see every output now. A group with a failed delivery is
+            // left out; its failed outputs are observed when they land again.
+            if group.failed.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
+                self.metrics.observe_visible(group.events.iter().map(|(topic, t)| (topic, *t)));
+            }
         }
     }
 }

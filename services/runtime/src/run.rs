@@ -49,7 +49,10 @@ pub struct Runtime {
     identity: Identity,
     metrics: RuntimeMetrics,
     health: Arc<Health>,
-    kafka: KafkaSink,
+    /// The at-least-once outputs' producer; none with exactly-once outputs, whose
+    /// transactional producer carries everything (a producer unused holds a connection to
+    /// every broker and its threads all the same).
+    kafka: Option<KafkaSink>,
     /// The generation the group's commits recorded, once read.
     recorded: std::sync::OnceLock<Option<String>>,
 }
@@ -70,7 +73,10 @@ impl Runtime {
     /// Must run inside a tokio runtime.
     pub fn new(config: RuntimeConfig, identity: Identity) -> Result<Self, RuntimeError> {
         let metrics = RuntimeMetrics::new(&identity, &config.group_id);
-        let kafka = KafkaSink::new(&config.kafka, metrics.clone())?;
+        let kafka = match config.exactly_once {
+            None => Some(KafkaSink::new(&config.kafka, metrics.clone())?),
+            Some(_) => None,
+        };
         let health = Arc::new(Health::default());
         Ok(Self { config, identity, metrics, health, kafka, recorded: Default::default() })
     }
@@ -112,7 +118,8 @@ impl Runtime {
         &self.metrics
     }
 
-    pub fn kafka(&self) -> KafkaSink {
+    /// The at-least-once outputs' producer (none with exactly-once outputs).
+    pub fn kafka(&self) -> Option<KafkaSink> {
         self.kafka.clone()
     }
 
@@ -239,6 +246,8 @@ impl Runtime {
             Arc::new(move || readiness(&health, handler.as_ref())) as admin::ReadyCheck
         };
         let registry = self.metrics.registry.clone();
+        // This process's connections to the brokers' port are Kafka's (`tcp_connections`).
+        sluice_service::connections::declare("kafka", &self.config.kafka.brokers);
         admin::serve(self.config.admin_listen, self.identity.service, registry, ready, async {
             let _ = stop.await;
         })

@@ -58,7 +58,8 @@ const ACK_GRACE: std::time::Duration = std::time::Duration::from_millis(400);
 pub(crate) struct Shared<H> {
     pub handler: Arc<H>,
     pub permits: Arc<Semaphore>,
-    pub kafka: KafkaSink,
+    /// The at-least-once outputs' producer: none with exactly-once outputs (`txn`).
+    pub kafka: Option<KafkaSink>,
     /// Exactly-once mode: outputs go into Kafka transactions instead.
     pub txn: Option<Arc<Transactions>>,
     pub dead_letters: DeadLetters,

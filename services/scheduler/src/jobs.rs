@@ -301,6 +301,7 @@ pub struct BadChainUrl {
 
 /// The chain client the chain-reading jobs share.
 pub fn chain_client(config: &SchedulerConfig) -> Result<ChainClient<Channel>, BadChainUrl> {
+    sluice_service::connections::declare("chain", &config.chain_url);
     let endpoint = Channel::from_shared(config.chain_url.clone())
         .map_err(|source| BadChainUrl { url: config.chain_url.clone(), source })?
         .connect_timeout(Duration::from_secs(5))

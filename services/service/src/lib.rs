@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod connections;
 pub mod env;
 pub mod metrics;
 pub mod process;

@@ -97,6 +97,9 @@ impl Transactions {
         let result = match ended {
             Ended::Committed => {
                 self.metrics.transactions.with_label_values(&[TxnOutcome::Committed.as_str()]).inc();
+                // Committed: a read_committed reader sees every output it held from now.
+                let outputs = closing.retained.iter().flat_map(|r| &r.outputs);
+                self.metrics.observe_visible(outputs.filter_map(|o| Some((&o.topic, o.event_time_ms?))));
                 self.committed_offsets(&closing.dirty, ending);
                 self.begin().map(|()| Outcome::Committed)
             }

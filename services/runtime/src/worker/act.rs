@@ -70,10 +70,15 @@ impl<H: Handler> Worker<H> {
         for action in actions {
             match action {
                 Action::Send { id, outputs } => {
-                    let group = Group::new(id, outputs.len(), self.groups_tx.clone());
+                    let group = Group::new(id, &outputs, self.groups_tx.clone());
                     // Registered first: the acknowledgement may come before `enqueue` returns.
                     self.groups.insert(id, group.clone());
-                    self.shared.kafka.enqueue(&outputs, &group);
+                    let Some(kafka) = &self.shared.kafka else {
+                        unreachable!(
+                            "with exactly-once outputs a partition stages its outputs for the transaction, never sends a group"
+                        )
+                    };
+                    kafka.enqueue(&outputs, &group);
                 }
                 Action::Backoff { records, attempts } => {
                     let delay = self.shared.retry.delay(attempts, jitter());

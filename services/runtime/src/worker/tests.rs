@@ -45,7 +45,7 @@ fn shared(handler: Fake, retry: RetryPolicy) -> Arc<Shared<Fake>> {
     Arc::new(Shared {
         handler: Arc::new(handler),
         permits: Arc::new(Semaphore::new(8)),
-        kafka: KafkaSink::new(&KafkaConfig::new("127.0.0.1:9"), metrics.clone()).unwrap(),
+        kafka: Some(KafkaSink::new(&KafkaConfig::new("127.0.0.1:9"), metrics.clone()).unwrap()),
         txn: None,
         dead_letters: DeadLetters { topic: Arc::from("dlq"), group: "g".into() },
         retry,

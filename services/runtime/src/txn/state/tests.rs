@@ -19,7 +19,8 @@ fn epoch(partition: i32, epoch: u64) -> EpochRef {
 }
 
 fn output(offset: i64) -> Output {
-    Output { topic: Arc::from("out"), key: Vec::new(), payload: offset.to_be_bytes().to_vec(), headers: None }
+    let payload = offset.to_be_bytes().to_vec();
+    Output { topic: Arc::from("out"), key: Vec::new(), payload, headers: None, event_time_ms: None }
 }
 
 fn source(output: &Output) -> i64 {
