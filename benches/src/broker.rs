@@ -264,6 +264,10 @@ pub struct KafkaFigures {
     pub produce_requests: u64,
     pub produced_records: u64,
     pub records_per_produce_request: f64,
+    /// The processor's connections to the broker (this process's, counted from the kernel's
+    /// tables, less those open before it started); `None` in a report from before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connections: Option<i64>,
 }
 
 /// Starts a processor on `input` for `mode`, reporting to `progress`.
@@ -615,6 +619,8 @@ async fn open_loop(
     let progress = Progress::new(partitions, Some(schedule.clone()));
     let mut conn = stack.redis().await?;
     let clients_before = Stack::redis_clients(&mut conn).await?;
+    sluice_service::connections::declare("kafka", &stack.kafka.brokers);
+    let kafka_before = kafka_connections();
     let spec = FeedSpec {
         brokers: stack.kafka.brokers.clone(),
         topic: input.clone(),
@@ -629,6 +635,7 @@ async fn open_loop(
     await_assigned(std::slice::from_ref(&processor), partitions, Duration::from_secs(60)).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let connections = Stack::redis_clients(&mut conn).await? - clients_before;
+    let kafka_connections = kafka_connections() - kafka_before;
     let metrics = processor.metrics.clone();
     let before = Sample::start(stack, jmx, Some(feeder.pid()))?;
     eprintln!("  open loop: {total} records at {rate:.0} records/s for {seconds} s");
@@ -646,7 +653,7 @@ async fn open_loop(
     // One more statistics interval, so the producer's counters are current.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let redis = redis_figures(&metrics, total as u64, Some(connections));
-    let kafka = kafka_figures(&metrics);
+    let kafka = KafkaFigures { connections: Some(kafka_connections), ..kafka_figures(&metrics) };
     processor.stop().await?;
 
     let latency = Latency::of(&progress.latency());
@@ -685,7 +692,13 @@ fn kafka_figures(metrics: &RuntimeMetrics) -> KafkaFigures {
         produce_requests: requests,
         produced_records: records,
         records_per_produce_request: records as f64 / requests.max(1) as f64,
+        connections: None,
     }
+}
+
+/// This process's established connections to the broker's port.
+fn kafka_connections() -> i64 {
+    sluice_service::connections::count().get("kafka").copied().unwrap_or(0)
 }
 
 /// Starts `perf record` on this process: after a second, for `seconds`,

@@ -134,7 +134,11 @@ fn open_loop_lines(f: &Figures) {
         o.redis.commands_per_round_trip,
         o.redis.connections.unwrap_or_default()
     );
-    println!("  kafka              {:.1} processor records/produce request", o.kafka.records_per_produce_request);
+    let kafka_connections = o.kafka.connections.map_or(String::new(), |n| format!(", {n} connections"));
+    println!(
+        "  kafka              {:.1} processor records/produce request{kafka_connections}",
+        o.kafka.records_per_produce_request
+    );
     let sat = &b.saturated;
     println!(
         "  saturated (backlog) {:.1} Redis commands/round trip, {:.1} Kafka records/produce request",

@@ -423,6 +423,7 @@ cmd_env() {
   [[ -z $POD_ADDRESS ]] || log "export SLUICE_REDIS_POD_URL=redis://$POD_ADDRESS:$REDIS_PORT"
   log "export SLUICE_REDIS_URL=redis://127.0.0.1:$REDIS_PORT"
   log "export SLUICE_REDIS_TLS_URL=rediss://127.0.0.1:$REDIS_TLS_PORT"
+  [[ -z $POD_ADDRESS ]] || log "export SLUICE_REDIS_POD_TLS_URL=rediss://$POD_ADDRESS:$REDIS_TLS_PORT"
   log "export SLUICE_REDIS_TLS_DIR=$STACK_DIR/tls/redis"
   log "export SLUICE_REDIS_ACL_USERNAME=$REDIS_ACL_USER"
   log "export SLUICE_REDIS_ACL_PASSWORD=$REDIS_ACL_PASSWORD"

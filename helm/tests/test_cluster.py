@@ -17,11 +17,15 @@ defaults install unchanged but for the images' registry and tag and the CPU requ
 (deploy/local/cluster/node-values.yaml). The sasl-tls scenario points `kafka.bootstrapServers` at the broker's
 address itself: its certificate names that address, not a Service. KEDA runs on the host and
 reaches sluice-lag's scaler by the Service name the chart renders, through the cluster's DNS.
+The redis-tls scenario points `redis.url` at the stack's Redis TLS port by address (its
+certificate names the address), with its CA, the client certificate it requires and its ACL
+user in Secrets: every Redis user of the chart is Ready only if it got all three right.
 
 Usage: test_cluster.py --helm PATH --kubeconfig FILE --chart PACKAGE.tgz --registry HOST:PORT/PATH
                        --node-ip IP --pod-brokers HOST:PORT --pod-secure-brokers HOST:PORT
                        --pod-redis URL --chainsim BIN --containerd-socket PATH
                        --secure-ca FILE --sasl-username U --sasl-password P
+                       --pod-secure-redis URL --redis-tls-dir DIR --redis-acl-username U --redis-acl-password P
 Exits non-zero with every failed check listed.
 """
 import argparse
@@ -51,7 +55,8 @@ KINDS = [("apps/v1", "Deployment"), ("apps/v1", "ReplicaSet"), ("v1", "Pod"), ("
          ("rbac.authorization.k8s.io/v1", "Role"), ("rbac.authorization.k8s.io/v1", "RoleBinding")]
 # What a namespace holds without any release: its default ServiceAccount, our Secrets and the
 # Services of the host's services (HOST_SERVICES).
-SECRETS = ["sluice-redis", "sluice-admin", "sluice-kafka-tls", "sluice-kafka-sasl", "sluice-lag-scaler-tls"]
+SECRETS = ["sluice-redis", "sluice-admin", "sluice-kafka-tls", "sluice-kafka-sasl", "sluice-lag-scaler-tls",
+           "sluice-redis-tls", "sluice-redis-acl"]
 
 
 def check(ok, what):
@@ -100,6 +105,7 @@ class Env:
         for name, (port, attr) in HOST_SERVICES.items():
             self.kube.host_service(ns, name, port, *host_port(getattr(self, attr)))
         read = lambda name: (self.certs / name).read_text()  # noqa: E731
+        redis_tls = pathlib.Path(self.args.redis_tls_dir)
         data = {
             "sluice-redis": {"redis-url": "redis://redis:6379"},
             "sluice-admin": {"admin-token": "an-admin-token-of-the-test-0123456789"},
@@ -108,6 +114,10 @@ class Env:
             "sluice-kafka-sasl": {"username": self.args.sasl_username, "password": self.args.sasl_password},
             "sluice-lag-scaler-tls": {"ca.crt": read("ca.crt"), "tls.crt": read("scaler.crt"),
                                       "tls.key": read("scaler.key")},
+            # The stack's Redis TLS port: its CA, the client certificate it requires, its ACL user.
+            "sluice-redis-tls": {key: (redis_tls / name).read_text()
+                                 for key, name in (("ca.crt", "ca.crt"), ("tls.crt", "client.crt"), ("tls.key", "client.key"))},
+            "sluice-redis-acl": {"username": self.args.redis_acl_username, "password": self.args.redis_acl_password},
         }
         for name, values in data.items():
             self.kube.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns},
@@ -291,6 +301,14 @@ def scenario_run(env, scenario, extra, tmp):
     if scenario == "sasl-tls":
         # The broker's certificate names its address, not a Service: TLS clients must use the address.
         sets += ["--set", f"kafka.bootstrapServers={env.args.pod_secure_brokers}"]
+    elif scenario == "redis-tls":
+        # Every Redis user of the chart on the stack's TLS port, as its ACL user, whose keys
+        # must start with tls- (stack.sh); the certificate names the address, not a Service.
+        port = env.args.pod_secure_redis.rsplit(":", 1)[1]
+        # Its own consumer group too: the shared one's offsets record the other scenarios' store
+        # (the plain port's `sluice:` keys), which a processor would refuse as replaced.
+        sets += ["--set", f"redis.url={env.args.pod_secure_redis}", "--set", "redis.prefix=tls-chart:",
+                 "--set", "processor.groupId=tls-chart-processor", "--set", f"networkPolicy.redisPorts={{{port}}}"]
     elif scenario == "trigger-kafka":
         # KEDA's operator reads Kafka itself, from its own namespace: "kafka" would not resolve there
         # (the chart's NOTES say so).
@@ -510,7 +528,8 @@ def refusal_checks(env):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for flag in ("--helm", "--kubeconfig", "--chart", "--registry", "--node-ip", "--pod-brokers", "--pod-secure-brokers",
-                 "--pod-redis", "--chainsim", "--containerd-socket", "--secure-ca", "--sasl-username", "--sasl-password"):
+                 "--pod-redis", "--chainsim", "--containerd-socket", "--secure-ca", "--sasl-username", "--sasl-password",
+                 "--pod-secure-redis", "--redis-tls-dir", "--redis-acl-username", "--redis-acl-password"):
         parser.add_argument(flag, required=True)
     parser.add_argument("--only", action="append", help="run only these scenarios (bad-config: the CrashLoop check)")
     args = parser.parse_args()
