@@ -150,11 +150,6 @@ impl RedisEndpoint {
         endpoint
     }
 
-    /// Whether the connection is TLS (`rediss://`).
-    pub fn is_tls(&self) -> bool {
-        self.url.starts_with("rediss://")
-    }
-
     /// A client for this endpoint: the URL with the user and password set, and for
     /// `rediss://` the CA and client certificate read from their files (now: a renewed
     /// certificate is picked up by the next process, not by a running one).

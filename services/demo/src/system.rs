@@ -192,11 +192,16 @@ impl System {
     /// Each serving process's `/metrics` text of a component (empty when it does not answer):
     /// its pods with --kubernetes, the local processes otherwise.
     pub fn metrics_of(&self, component: &str) -> Vec<String> {
+        self.named_metrics(component).into_iter().map(|(_, text)| text).collect()
+    }
+
+    /// [`System::metrics_of`] with each process's or pod's name.
+    pub fn named_metrics(&self, component: &str) -> Vec<(String, String)> {
         if self.kube.is_some() {
             let port = admin_port(component);
             return self
                 .serving(component)
-                .map(|p| p.http_get(port, "/metrics").map(|(_, b)| b).unwrap_or_default())
+                .map(|p| (p.name.clone(), p.http_get(port, "/metrics").map(|(_, b)| b).unwrap_or_default()))
                 .collect();
         }
         let local: Vec<&Proc> = match component {
@@ -205,19 +210,7 @@ impl System {
             "scheduler" => self.schedulers.iter().collect(),
             _ => self.lag.iter().collect(),
         };
-        local.into_iter().map(Proc::metrics).collect()
-    }
-
-    /// [`System::metrics_of`] with each process's or pod's name.
-    pub fn named_metrics(&self, component: &str) -> Vec<(String, String)> {
-        let names: Vec<String> = match (&self.kube, component) {
-            (Some(_), _) => self.serving(component).map(|p| p.name.clone()).collect(),
-            (None, "processor") => self.processors.iter().map(|p| p.name.clone()).collect(),
-            (None, "ingest") => self.ingest.iter().map(|p| p.name.clone()).collect(),
-            (None, "scheduler") => self.schedulers.iter().map(|p| p.name.clone()).collect(),
-            (None, _) => self.lag.iter().map(|p| p.name.clone()).collect(),
-        };
-        names.into_iter().zip(self.metrics_of(component)).collect()
+        local.into_iter().map(|p| (p.name.clone(), p.metrics())).collect()
     }
 
     /// The local sluice-lag (the stand-in's; with --kubernetes it is the chart's pod).
