@@ -22,6 +22,8 @@ struct Stack {
     /// may hold (CI once found it taken).
     jmx_port: u16,
     redis_port: u16,
+    /// Given too, or it would be the Redis port + 1 (CI once found it taken).
+    redis_tls_port: u16,
 }
 
 impl Stack {
@@ -35,6 +37,7 @@ impl Stack {
             .env("SLUICE_KAFKA_SECURE_PORT", self.secure_port.to_string())
             .env("SLUICE_KAFKA_JMX_PORT", self.jmx_port.to_string())
             .env("SLUICE_REDIS_PORT", self.redis_port.to_string())
+            .env("SLUICE_REDIS_TLS_PORT", self.redis_tls_port.to_string())
             .output()
             .expect("running deploy/local/stack.sh")
     }
@@ -47,8 +50,11 @@ impl Drop for Stack {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+/// `N` distinct free ports: each listener is held until all are chosen, so
+/// the kernel cannot hand the same port out twice.
+fn free_ports<const N: usize>() -> [u16; N] {
+    let listeners: Vec<TcpListener> = (0..N).map(|_| TcpListener::bind("127.0.0.1:0").expect("a free port")).collect();
+    std::array::from_fn(|i| listeners[i].local_addr().expect("its address").port())
 }
 
 fn text(output: &Output) -> String {
@@ -74,19 +80,22 @@ fn answers(port: u16) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stack_up_is_idempotent_serves_kafka_and_redis_and_down_leaves_nothing() {
+    let [kafka_port, controller_port, secure_port, jmx_port, redis_port, redis_tls_port] = free_ports();
     let stack = Stack {
         dir: std::env::temp_dir().join(unique("sluice-stack-test")),
-        kafka_port: free_port(),
-        controller_port: free_port(),
-        secure_port: free_port(),
-        jmx_port: free_port(),
-        redis_port: free_port(),
+        kafka_port,
+        controller_port,
+        secure_port,
+        jmx_port,
+        redis_port,
+        redis_tls_port,
     };
 
     let first = stack.run("up");
     assert!(first.status.success(), "up failed:\n{}", text(&first));
     let brokers = format!("127.0.0.1:{}", stack.kafka_port);
     assert!(answers(stack.secure_port), "the SASL_SSL listener answers on {}", stack.secure_port);
+    assert!(answers(stack.redis_tls_port), "Redis's TLS port answers on {}", stack.redis_tls_port);
     assert!(text(&first).contains(&brokers), "up prints where Kafka is:\n{}", text(&first));
 
     let second = stack.run("up");
@@ -126,7 +135,7 @@ async fn stack_up_is_idempotent_serves_kafka_and_redis_and_down_leaves_nothing()
     assert!(down.status.success(), "down failed:\n{}", text(&down));
     assert!(!alive(kafka_pid), "kafka (pid {kafka_pid}) still running after down");
     assert!(!alive(redis_pid), "redis (pid {redis_pid}) still running after down");
-    for port in [stack.kafka_port, stack.controller_port, stack.secure_port, stack.redis_port] {
+    for port in [stack.kafka_port, stack.controller_port, stack.secure_port, stack.redis_port, stack.redis_tls_port] {
         assert!(!answers(port), "port {port} still answers after down");
     }
     let status = stack.run("status");
