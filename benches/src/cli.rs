@@ -121,6 +121,40 @@ pub struct StressArgs {
     /// With --exactly-once-ms: drains of each kind, alternating.
     #[arg(long, default_value_t = 3)]
     pub exactly_once_drains: usize,
+    /// Kafka and full: extra librdkafka properties for the open loops'
+    /// feeder, which stands in for the ingest (`k=v,k=v`).
+    #[arg(long)]
+    pub feeder_properties: Option<String>,
+    /// Kafka and full: also drain the backlog with the best loop on the same
+    /// client, this many consume-produce loops on one shared producer (0: not run).
+    #[arg(long, default_value_t = 2)]
+    pub ceiling_threads: usize,
+    /// Kafka and full: open loops at the headline rate (70% of the max
+    /// sustained, or --rate), one after the other: the tail's spread.
+    #[arg(long, default_value_t = 3)]
+    pub repeats: usize,
+    /// Kafka and full: further open loops at these shares of the max
+    /// sustained rate (cost across the load range), `0.3,0.5`; `--loads`
+    /// alone: none.
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "0.3")]
+    pub loads: Vec<f64>,
+    /// Kafka and full: further open loops at these fixed rates, records/s,
+    /// which do not move when the max sustained rate does; `--fixed-rates`
+    /// alone: none.
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "20000,40000")]
+    pub fixed_rates: Vec<f64>,
+    /// Kafka and full: the length of each --loads and --fixed-rates open loop, s.
+    #[arg(long, default_value_t = 30.0)]
+    pub load_seconds: f64,
+    /// Kafka and full: an unmeasured open loop at 20,000 records/s before
+    /// anything is measured, s (a broker just started serves its first
+    /// minute slower: its JIT is still compiling); 0 reports a cold run.
+    #[arg(long, default_value_t = 20.0)]
+    pub warmup_seconds: f64,
+    /// Kafka and full: fail if the whole-system CPU per record at any load
+    /// exceeds this multiple of the drain's, in the same run (CI smoke).
+    #[arg(long)]
+    pub max_cost_over_drain: Option<f64>,
 }
 
 #[derive(Args, Debug)]

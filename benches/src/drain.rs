@@ -19,7 +19,8 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::broker::{Mode, prepare_input, start_processor};
-use crate::live::{Probe, Progress, Stack, await_assigned, await_done, balanced, feed};
+use crate::feeder::feed;
+use crate::live::{Probe, Progress, Stack, await_assigned, await_done, balanced};
 use crate::traffic::Traffic;
 
 #[derive(Debug, Clone, Serialize)]

@@ -11,9 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use hdrhistogram::Histogram;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
-use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
+use rdkafka::{Message, Offset, TopicPartitionList};
 use sluice_dex::DexConfig;
 use sluice_kafka::topics::TopicSpec;
 use sluice_kafka::{KafkaConfig, ensure_topics};
@@ -105,6 +103,21 @@ impl Stack {
     pub fn stack_cpu(&self) -> (Duration, Duration) {
         let of = |kind: &str| self.pid(kind).map_or(Duration::ZERO, |pid| machine::cpu_time(&pid));
         (of("kafka"), of("redis"))
+    }
+
+    /// How long the stack's `kafka` or `redis` process has run, s (from
+    /// /proc: its start time in clock ticks since boot against the uptime).
+    pub fn uptime(&self, kind: &str) -> Option<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid(kind)?)).ok()?;
+        // After the command name, the start time is field 22 (1-based), the 20th here.
+        let started: f64 = stat.rsplit(')').next()?.split_whitespace().nth(19)?.parse().ok()?;
+        let uptime: f64 = std::fs::read_to_string("/proc/uptime").ok()?.split_whitespace().next()?.parse().ok()?;
+        Some(uptime - started / 100.0) // USER_HZ is 100 on Linux
+    }
+
+    /// The stack's folder (`SLUICE_STACK_DIR`), when known.
+    pub fn dir(&self) -> Option<&std::path::Path> {
+        self.dir.as_deref()
     }
 
     /// The pid of the stack's `kafka` or `redis` (from its pid file).
@@ -203,13 +216,24 @@ impl Schedule {
         Some(*self.start.get()? + Duration::from_nanos((j as f64 * 1e9 / self.rate) as u64))
     }
 
-    /// When the record at `partition`/`offset` was due, and whether it
-    /// falls in the warm-up second.
     /// Starts the schedule at `start` (once; later calls change nothing).
     pub fn start_at(&self, start: Instant) {
         let _ = self.start.set(start);
     }
 
+    /// Records/s.
+    pub fn rate(&self) -> f64 {
+        self.rate
+    }
+
+    /// The feed's length in whole seconds, rounded up.
+    fn seconds(&self) -> usize {
+        let records: usize = self.index.iter().map(Vec::len).sum();
+        (records as f64 / self.rate).ceil() as usize
+    }
+
+    /// When the record at `partition`/`offset` was due, and whether it
+    /// falls in the warm-up second.
     fn due_of(&self, partition: i32, offset: i64) -> Option<(Instant, bool)> {
         let j = *self.index.get(partition as usize)?.get(offset as usize)? as usize;
         Some((self.due(j)?, j < self.warmup))
@@ -228,6 +252,27 @@ pub struct Progress {
     schedule: Option<Arc<Schedule>>,
     /// Records whose offset the schedule does not know (should stay 0).
     pub unscheduled: AtomicU64,
+    /// Per second of the schedule, by completion time: completions and the
+    /// worst latency among them (empty without a schedule).
+    seconds: Vec<SecondCounts>,
+}
+
+/// Seconds after a feed's end that still get a slot of their own (an open
+/// loop waits up to 300 s for its last completion).
+const SECONDS_AFTER_FEED: usize = 300;
+
+#[derive(Debug, Default)]
+struct SecondCounts {
+    done: AtomicU64,
+    max_ns: AtomicU64,
+}
+
+/// One second of an open loop, by completion time.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct CompletedSecond {
+    pub done: u64,
+    /// The worst due-to-completion latency of the records completed in it.
+    pub max_ms: f64,
 }
 
 impl Progress {
@@ -238,6 +283,9 @@ impl Progress {
             first_ns: AtomicU64::new(u64::MAX),
             last_ns: AtomicU64::new(0),
             histograms: (0..partitions.max(1)).map(|_| Mutex::new(histogram())).collect(),
+            seconds: (0..schedule.as_ref().map_or(0, |s| s.seconds() + SECONDS_AFTER_FEED))
+                .map(|_| SecondCounts::default())
+                .collect(),
             schedule,
             unscheduled: AtomicU64::new(0),
         })
@@ -257,10 +305,39 @@ impl Progress {
         if !warmup && let Ok(mut h) = self.histograms[slot].lock() {
             let _ = h.record(ns.max(1));
         }
+        if let Some(second) = self.second_of(now) {
+            second.done.fetch_add(1, Ordering::Relaxed);
+            second.max_ns.fetch_max(ns, Ordering::Relaxed);
+        }
         let at = now.duration_since(self.base).as_nanos() as u64;
         self.first_ns.fetch_min(at, Ordering::Relaxed);
         self.last_ns.fetch_max(at, Ordering::Relaxed);
         self.done.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The slot of the schedule's second `now` falls in (the last slot
+    /// takes whatever completes later).
+    fn second_of(&self, now: Instant) -> Option<&SecondCounts> {
+        let start = *self.schedule.as_ref()?.start.get()?;
+        let i = now.saturating_duration_since(start).as_secs() as usize;
+        self.seconds.get(i.min(self.seconds.len().checked_sub(1)?))
+    }
+
+    /// Completions and worst latency per second of the schedule, up to the
+    /// last second that saw a completion.
+    pub fn timeline(&self) -> Vec<CompletedSecond> {
+        let mut seconds: Vec<CompletedSecond> = self
+            .seconds
+            .iter()
+            .map(|s| CompletedSecond {
+                done: s.done.load(Ordering::Relaxed),
+                max_ms: s.max_ns.load(Ordering::Relaxed) as f64 / 1e6,
+            })
+            .collect();
+        while seconds.last().is_some_and(|s| s.done == 0) {
+            seconds.pop();
+        }
+        seconds
     }
 
     pub fn done(&self) -> u64 {
@@ -439,119 +516,6 @@ pub fn balanced(traffic: &Traffic, n: usize) -> Partitioner {
 /// The partitions `map` gives its keys; any other key hashed over `n`.
 pub fn by_map(map: std::collections::HashMap<String, usize>, n: usize) -> Partitioner {
     Arc::new(move |key| map.get(key).copied().unwrap_or_else(|| partition_of(key, n)))
-}
-
-/// What a feed sent.
-#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
-pub struct Fed {
-    pub records: u64,
-    /// From the first send to the last (acknowledgements awaited after).
-    pub seconds: f64,
-    pub records_per_sec: f64,
-}
-
-/// How a feed is paced: not at all (as fast as the producer takes the
-/// records), or record `j` due at `start + j / rate` (records/s).
-pub type Pace = Option<(Instant, f64)>;
-
-/// Produces `total` records of `traffic` to `topic` (each key to its
-/// partition) on its own thread: as fast as the producer takes them,
-/// or paced by `schedule` (each record sent once it is due).
-pub fn feed(
-    kafka: &KafkaConfig,
-    topic: &str,
-    partitioner: Partitioner,
-    traffic: Arc<Traffic>,
-    total: usize,
-    schedule: Option<Arc<Schedule>>,
-) -> std::thread::JoinHandle<Result<Fed>> {
-    let (kafka, topic) = (kafka.clone(), topic.to_string());
-    std::thread::spawn(move || {
-        produce(&kafka, &topic, &partitioner, &traffic, total, || {
-            let started = Instant::now();
-            Ok(schedule.map(|s| {
-                let _ = s.start.set(started);
-                (started, s.rate)
-            }))
-        })
-    })
-}
-
-/// The feed itself: connects, then asks `begin` how to pace (it may wait
-/// for a start signal), then sends. Cheap per record, so the rate search
-/// finds the processor's limit rather than the feeder's: the ingest's
-/// producer settings, but a `ThreadedProducer` whose delivery callback only
-/// counts (no future or allocation per record), and paced in steps: every
-/// record due by now goes out, then one sleep until the next is due (at
-/// least [`PACE_STEP`], so a step sends a few dozen records, not one).
-pub fn produce(
-    kafka: &KafkaConfig,
-    topic: &str,
-    partitioner: &Partitioner,
-    traffic: &Traffic,
-    total: usize,
-    begin: impl FnOnce() -> Result<Pace>,
-) -> Result<Fed> {
-    let producer: ThreadedProducer<Counting> = kafka.producer().create_with_context(Counting::default())?;
-    producer.client().fetch_metadata(Some(topic), Duration::from_secs(10))?;
-    let pace = begin()?;
-    if let Some((start, _)) = pace {
-        std::thread::sleep(start.saturating_duration_since(Instant::now()));
-    }
-    let started = pace.map_or_else(Instant::now, |(start, _)| start);
-    let mut j = 0;
-    while j < total {
-        let due = match pace {
-            None => total,
-            Some((_, rate)) => ((started.elapsed().as_secs_f64() * rate) as usize + 1).min(total),
-        };
-        while j < due {
-            let (key, payload) = traffic.record(j);
-            let record = BaseRecord::to(topic).key(key).payload(payload).partition(partitioner(key) as i32);
-            match producer.send(record) {
-                Ok(()) => j += 1,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                Err((e, _)) => bail!("feeding {topic}: {e}"),
-            }
-        }
-        if let Some((_, rate)) = pace {
-            let next = started + Duration::from_secs_f64(j as f64 / rate);
-            std::thread::sleep(next.saturating_duration_since(Instant::now()).max(PACE_STEP));
-        }
-    }
-    // Until the last record was handed to the producer: a paced feed
-    // that keeps its schedule takes the schedule's length.
-    let seconds = started.elapsed().as_secs_f64();
-    producer.flush(Duration::from_secs(60))?;
-    let context = producer.context();
-    let (delivered, failed) = (context.delivered.load(Ordering::Relaxed), context.failed.load(Ordering::Relaxed));
-    if failed > 0 || delivered != total as u64 {
-        bail!("feeding {topic}: {delivered} of {total} records delivered, {failed} failed");
-    }
-    Ok(Fed { records: total as u64, seconds, records_per_sec: total as f64 / seconds })
-}
-
-/// The shortest sleep of a paced feed.
-const PACE_STEP: Duration = Duration::from_micros(500);
-
-/// Counts the feed's deliveries and failures.
-#[derive(Debug, Default)]
-struct Counting {
-    delivered: AtomicU64,
-    failed: AtomicU64,
-}
-
-impl ClientContext for Counting {}
-
-impl ProducerContext for Counting {
-    type DeliveryOpaque = ();
-
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        let counter = if result.is_ok() { &self.delivered } else { &self.failed };
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
 }
 
 /// A bare rdkafka consume-and-commit loop: the processor's consumer

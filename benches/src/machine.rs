@@ -71,6 +71,25 @@ fn stat_cpu(stat: &str) -> std::time::Duration {
     std::time::Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
 }
 
+/// The cores this process may run on.
+pub fn cores() -> f64 {
+    std::thread::available_parallelism().map_or(1, |n| n.get()) as f64
+}
+
+/// CPU time the whole machine has spent busy (every core: user, nice,
+/// system, irq, softirq, steal), from /proc/stat.
+pub fn busy_time() -> std::time::Duration {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let fields: Vec<u64> = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("cpu "))
+        .map(|r| r.split_whitespace().filter_map(|f| f.parse().ok()).collect())
+        .unwrap_or_default();
+    // user nice system idle iowait irq softirq steal
+    let ticks: u64 = [0, 1, 2, 5, 6, 7].iter().filter_map(|&i| fields.get(i)).sum();
+    std::time::Duration::from_millis(ticks * 10)
+}
+
 /// Peak resident memory of this process, MiB.
 pub fn peak_rss_mib() -> f64 {
     proc_kib("/proc/self/status", "VmHWM:").unwrap_or(0) as f64 / 1024.0

@@ -58,6 +58,11 @@ pub fn stress(a: StressArgs) -> Result<Outcome> {
         let config = json!({ "seconds": a.seconds, "workers": a.workers, "transactions": transactions });
         return Outcome::new("stress-in-process", config, f);
     }
+    anyhow::ensure!(
+        a.loads.iter().all(|s| *s > 0.0 && *s <= 2.0),
+        "--loads: shares of the max sustained rate, in (0, 2]"
+    );
+    anyhow::ensure!(a.fixed_rates.iter().all(|r| *r >= 1.0), "--fixed-rates: records/s, at least 1");
     let mode = if a.mode == StressMode::Full { broker::Mode::Full } else { broker::Mode::Kafka };
     let options = broker::Options {
         mode,
@@ -66,10 +71,17 @@ pub fn stress(a: StressArgs) -> Result<Outcome> {
         rate: a.rate,
         partitions: a.partitions.max(1),
         kafka_properties: a.kafka_properties,
+        feeder_properties: a.feeder_properties,
         profile: a.profile,
         ceiling_transactions: a.ceiling_transactions_ms.map(Duration::from_millis),
         exactly_once: a.exactly_once_ms.map(Duration::from_millis),
         exactly_once_drains: a.exactly_once_drains,
+        ceiling_threads: a.ceiling_threads,
+        repeats: a.repeats.max(1),
+        loads: a.loads,
+        fixed_rates: a.fixed_rates,
+        load_seconds: a.load_seconds,
+        warmup_seconds: a.warmup_seconds,
     };
     let f = block_on(broker::run(&options))?;
     report::print(&f);
@@ -80,6 +92,16 @@ pub fn stress(a: StressArgs) -> Result<Outcome> {
         anyhow::bail!(
             "the processor drained at {:.3} x the fair ceiling, below the smoke bound {min}",
             f.backlog.processor_over_ceiling
+        );
+    }
+    if let Some(max) = a.max_cost_over_drain
+        && let Some(worst) = f.cost_by_load.iter().max_by(|a, b| a.over_drain.total_cmp(&b.over_drain))
+        && worst.over_drain > max
+    {
+        anyhow::bail!(
+            "at {} the whole system spent {:.2} x the drain's CPU per record, above the smoke bound {max}",
+            worst.label,
+            worst.over_drain
         );
     }
     Outcome::new(if mode == broker::Mode::Full { "stress-full" } else { "stress-kafka" }, &options, f)

@@ -30,6 +30,59 @@ pub fn print(f: &Figures) {
         println!("  max sustained      {max:>10.0} records/s (feeder running; {} trials)", f.ramp.len());
     }
     open_loop_lines(f);
+    load_lines(f);
+}
+
+/// Cost against load, and each headline open loop's tail and worst stall.
+#[allow(clippy::print_stdout)]
+fn load_lines(f: &Figures) {
+    let warm = if f.warmed_up { "warmed up" } else { "cold (no warm-up)" };
+    let uptime =
+        f.broker_uptime_seconds.map_or(String::new(), |s| format!(", broker up {:.1} min at the start", s / 60.0));
+    println!("  cost against load ({warm}{uptime}):");
+    println!(
+        "  {:<12} {:>10} {:>10} {:>26} {:>8} {:>8} {:>20} {:>16}",
+        "load",
+        "offered",
+        "achieved",
+        "CPU-µs/rec proc/brk/redis",
+        "system",
+        "÷ drain",
+        "produce/fetch per rec",
+        "p50/p99 ms"
+    );
+    for p in &f.cost_by_load {
+        let latency = p.p50_ms.zip(p.p99_ms).map_or("-".to_string(), |(a, b)| format!("{a:.1}/{b:.1}"));
+        println!(
+            "  {:<12} {:>10} {:>10.0} {:>26} {:>8.2} {:>8.2} {:>20} {:>16}",
+            p.label,
+            p.offered.map_or("-".to_string(), |r| format!("{r:.0}")),
+            p.records_per_sec,
+            format!(
+                "{:.2}/{:.2}/{:.2}",
+                p.process_cpu_us_per_record, p.broker_cpu_us_per_record, p.redis_cpu_us_per_record
+            ),
+            p.system_cpu_us_per_record,
+            p.over_drain,
+            format!("{:.3}/{:.4}", p.produce_requests_per_record, p.fetch_requests_per_record),
+            latency
+        );
+    }
+    for (i, o) in std::iter::once(&f.open_loop).chain(&f.open_loop_repeats).enumerate() {
+        let stall = o.worst_stall.as_ref().map_or("-".to_string(), |s| {
+            format!(
+                "{:.0} ms in second {} (window {}-{}): {}",
+                s.latency_ms, s.second, s.window.0, s.window.1, s.verdict
+            )
+        });
+        println!(
+            "  headline run {}: p50 {:.2} ms p99 {:.2} ms (p99/p50 {:.2}); worst stall {stall}",
+            i + 1,
+            o.latency.p50_ns as f64 / 1e6,
+            o.latency.p99_ns as f64 / 1e6,
+            o.p99_over_p50
+        );
+    }
 }
 
 /// The backlog drains: the bare consumer, the fair ceiling, the processor, exactly-once.
@@ -43,6 +96,13 @@ fn backlog_lines(b: &Backlog) {
         b.ceiling.records_per_sec, b.ceiling.variant, b.ceiling.batches
     );
     cost_line("", &b.ceiling_cost);
+    if let Some(best) = &b.best {
+        println!(
+            "  best loop          {:>10.0} records/s ({}, {} threads; the processor drains at {:.3} × it)",
+            best.ceiling.records_per_sec, best.ceiling.variant, best.threads, best.processor_over_best
+        );
+        cost_line("", &best.cost);
+    }
     if let Some(t) = &b.ceiling_transactional {
         println!(
             "  ceiling, txn {:>4} ms {:>7.0} records/s  = {:.3} × fair ceiling ({}, {} batches)",

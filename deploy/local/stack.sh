@@ -240,7 +240,9 @@ start_kafka() {
   fi
   log "starting kafka $KAFKA_VERSION on $BOOTSTRAP (controller 127.0.0.1:$CONTROLLER_PORT)"
   # setsid: own session, no terminal, so closing the shell or Ctrl-C does not reach it.
+  # The GC log (pauses with their UTC time) is what the stress benchmark names a stall by.
   (exec setsid java -Xmx"$KAFKA_HEAP" -Xms"$KAFKA_HEAP" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+    -Xlog:gc:file="$STACK_DIR/logs/kafka-gc.log":utctime:filecount=2,filesize=20m \
     -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent \
     -XX:MaxDirectMemorySize=256m -Djava.awt.headless=true \
     -Dcom.sun.management.jmxremote.port="$JMX_PORT" -Dcom.sun.management.jmxremote.rmi.port="$JMX_PORT" \

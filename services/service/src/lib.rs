@@ -22,3 +22,4 @@ pub mod process;
 pub mod settings;
 pub mod signal;
 pub mod telemetry;
+pub mod utc;

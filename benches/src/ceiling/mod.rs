@@ -35,15 +35,18 @@ use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, Prod
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use serde::Serialize;
 use sluice_core::offsets::OffsetTracker;
-use sluice_core::pool::PoolUpdate;
-use sluice_core::seq::Seq;
 use sluice_dex::outputs::InMemory;
-use sluice_dex::state::{self, Apply};
 use sluice_dex::{DexConfig, DexHandler};
 use sluice_runtime::{Handler, Record, RuntimeConfig};
 use sluice_service::env::EnvReader;
 
 use crate::traffic::Traffic;
+
+mod parallel;
+mod redis;
+
+pub use parallel::{Spec as ParallelSpec, run_parallel};
+pub use redis::RedisApply;
 
 /// Most records one batch takes from the consumer.
 const BATCH: usize = 1024;
@@ -62,62 +65,33 @@ pub struct Ceiling {
     pub redis_commands: u64,
 }
 
-/// The full variant's Redis side: one connection, the apply script.
-pub struct RedisApply {
-    rt: tokio::runtime::Runtime,
-    conn: redis::aio::MultiplexedConnection,
-    sha: String,
-    prefix: String,
-}
-
-impl RedisApply {
-    /// Connects to `url` and loads the apply script; pool keys go under `prefix`.
-    pub fn connect(url: &str, prefix: String) -> Result<Self> {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        let conn = rt.block_on(async {
-            let mut conn = redis::Client::open(url)?.get_multiplexed_async_connection().await?;
-            let _: String = redis::cmd("SCRIPT").arg("LOAD").arg(state::APPLY_SCRIPT).query_async(&mut conn).await?;
-            Ok::<_, redis::RedisError>(conn)
-        })?;
-        Ok(Self { rt, conn, sha: state::script_sha(state::APPLY_SCRIPT), prefix })
-    }
-
-    /// Applies one swap per record (the key as the pool, the offset as its
-    /// sequence, so every apply is a real write), one pipeline for all.
-    fn apply(&mut self, batch: &[Input]) -> Result<()> {
-        let mut pipe = redis::pipe();
-        for input in batch {
-            let pool = std::str::from_utf8(&input.key).unwrap_or("pool");
-            let update = PoolUpdate {
-                seq: Seq { slot: input.offset as u64 + 1, tx_index: 0, ix_index: 0 },
-                reserve_a: 1_000_000 + input.offset as u64,
-                reserve_b: 2_000_000,
-                sqrt_price_x64: None,
-                last_price_ticks: None,
-            };
-            let apply = Apply { pool, update, price: 1.0 + input.offset as f64, venue: 1 };
-            pipe.add_command(state::apply_command(&self.sha, &self.prefix, &apply, false));
-        }
-        let conn = &mut self.conn;
-        let applied: Vec<i64> = self.rt.block_on(pipe.query_async(conn)).context("the ceiling's Redis pipeline")?;
-        if applied.len() != batch.len() {
-            bail!("{} replies for {} applies", applied.len(), batch.len());
-        }
-        Ok(())
-    }
-}
-
 struct Input {
     partition: i32,
     offset: i64,
     key: Vec<u8>,
 }
 
-/// Acknowledged outputs, as (input partition << 48 | input offset).
-#[derive(Default)]
+/// Acknowledged outputs, as (input partition << 48 | input offset), in one
+/// lane per loop (the loop that owns the input partition: partition mod lanes).
 struct Acks {
-    acked: Mutex<Vec<usize>>,
+    acked: Vec<Mutex<Vec<usize>>>,
     failed: Mutex<Vec<String>>,
+}
+
+impl Acks {
+    fn new(lanes: usize) -> Self {
+        Self { acked: (0..lanes.max(1)).map(|_| Mutex::default()).collect(), failed: Mutex::default() }
+    }
+
+    fn lane(&self, partition: i32) -> usize {
+        partition as usize % self.acked.len()
+    }
+}
+
+impl Default for Acks {
+    fn default() -> Self {
+        Self::new(1)
+    }
 }
 
 impl ClientContext for Acks {}
@@ -127,7 +101,10 @@ impl ProducerContext for Acks {
 
     fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
         match result {
-            Ok(_) => self.acked.lock().unwrap_or_else(|e| e.into_inner()).push(opaque),
+            Ok(_) => {
+                let lane = self.lane((opaque >> 48) as i32);
+                self.acked[lane].lock().unwrap_or_else(|e| e.into_inner()).push(opaque);
+            }
             Err((e, _)) => self.failed.lock().unwrap_or_else(|e| e.into_inner()).push(e.to_string()),
         }
     }
@@ -150,12 +127,17 @@ impl Positions {
         self.trackers.entry(partition).or_default().received(offset).map_err(|e| anyhow::anyhow!("{e}"))
     }
 
-    /// Completes every acknowledged output; fails on a failed delivery.
+    /// Completes every acknowledged output of the first lane; fails on a failed delivery.
     fn settle(&mut self, acks: &Acks) -> Result<()> {
+        self.settle_lane(acks, 0)
+    }
+
+    /// Completes every acknowledged output of `lane`; fails on a failed delivery.
+    fn settle_lane(&mut self, acks: &Acks, lane: usize) -> Result<()> {
         if let Some(e) = acks.failed.lock().unwrap_or_else(|e| e.into_inner()).first() {
             bail!("a delivery failed in the ceiling loop: {e}");
         }
-        let acked = std::mem::take(&mut *acks.acked.lock().unwrap_or_else(|e| e.into_inner()));
+        let acked = std::mem::take(&mut *acks.acked[lane].lock().unwrap_or_else(|e| e.into_inner()));
         for o in acked {
             let (partition, offset) = ((o >> 48) as i32, (o & ((1 << 48) - 1)) as i64);
             let tracker = self.trackers.get_mut(&partition).context("an ack for an untracked partition")?;
@@ -392,7 +374,7 @@ mod tests {
     use super::*;
 
     fn ack(acks: &Acks, partition: i32, offset: i64) {
-        acks.acked.lock().unwrap().push(opaque(partition, offset));
+        acks.acked[0].lock().unwrap().push(opaque(partition, offset));
     }
 
     #[test]

@@ -1,0 +1,343 @@
+//! An open loop second by second, and its worst stall named with its
+//! evidence: what each process (and the rest of the machine) spent, how far
+//! the feeder was behind its schedule, how long the processor's produce
+//! acknowledgements took, how many partitions were paused, and the broker's
+//! GC pauses (from its GC log). A stall is named by the evidence that
+//! stands out in its window against the run's own medians, or declared
+//! unexplained; the thresholds are [`Thresholds`].
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use prometheus::core::Collector;
+use serde::Serialize;
+use sluice_runtime::metrics::RuntimeMetrics;
+
+use crate::live::{CompletedSecond, Stack};
+use crate::machine;
+
+/// One second of an open loop (second `i` runs from the schedule's start + i s).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Second {
+    pub second: usize,
+    /// Records completed in it, and the worst latency among them.
+    pub done: u64,
+    pub max_ms: f64,
+    /// How far the feeder was behind its schedule at worst, ms.
+    pub feeder_late_ms: f64,
+    /// Cores used: this process (the processor), the broker, Redis, the
+    /// feeder, and everything else on the machine.
+    pub cores: Cores,
+    /// The processor's produce acknowledgements (enqueue to the group's
+    /// last acknowledgement): mean of those that ended in this second, ms.
+    pub ack_ms: Option<f64>,
+    /// Partitions paused at the second's end (in-flight budget spent).
+    pub paused: i64,
+    /// The broker's GC pauses that started in this second, summed, ms.
+    pub gc_ms: f64,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Cores {
+    pub process: f64,
+    pub broker: f64,
+    pub redis: f64,
+    pub feeder: f64,
+    pub other: f64,
+}
+
+/// The run's worst stall: the record completed latest after its due time,
+/// the window it waited through, and what stood out there.
+#[derive(Debug, Clone, Serialize)]
+pub struct Stall {
+    /// The second it completed in, and its latency.
+    pub second: usize,
+    pub latency_ms: f64,
+    /// The seconds it waited through (from when it was due).
+    pub window: (usize, usize),
+    /// What stood out in the window; empty when nothing did.
+    pub evidence: Vec<String>,
+    /// `evidence` joined, or "unexplained: …" with the window's figures.
+    pub verdict: String,
+}
+
+/// Samples counters once a second while an open loop runs.
+pub struct Sampler {
+    stop: Arc<Mutex<bool>>,
+    task: tokio::task::JoinHandle<Vec<Sample>>,
+    wall_start: SystemTime,
+    gc_log: Option<PathBuf>,
+}
+
+/// Cumulative counters at a second's end.
+#[derive(Debug, Clone, Default)]
+struct Sample {
+    cpu: [Duration; 4],
+    machine_busy: Duration,
+    ack_sum: f64,
+    ack_count: u64,
+    paused: i64,
+}
+
+impl Sampler {
+    /// Starts sampling at `start` (the schedule's start) for the processor
+    /// (this process), the stack's broker and Redis, and the feeder `feeder`.
+    pub fn start(stack: &Stack, metrics: &RuntimeMetrics, feeder: &str, start: Instant) -> Self {
+        let pids = [Some("self".to_string()), stack.pid("kafka"), stack.pid("redis"), Some(feeder.to_string())];
+        let stop = Arc::new(Mutex::new(false));
+        let wall_start = SystemTime::now() + start.saturating_duration_since(Instant::now());
+        let (metrics, stopped) = (metrics.clone(), stop.clone());
+        let task = tokio::spawn(async move {
+            tokio::time::sleep_until(start.into()).await;
+            let mut samples = vec![sample(&pids, &metrics)];
+            let mut tick = tokio::time::interval_at((start + Duration::from_secs(1)).into(), Duration::from_secs(1));
+            while !*stopped.lock().unwrap_or_else(|e| e.into_inner()) {
+                tick.tick().await;
+                samples.push(sample(&pids, &metrics));
+            }
+            samples
+        });
+        Self { stop, task, wall_start, gc_log: stack.dir().map(|d| d.join("logs/kafka-gc.log")) }
+    }
+
+    /// Stops sampling and joins the samples with the completions and the
+    /// feeder's lateness, second by second.
+    pub async fn finish(self, completed: &[CompletedSecond], late_ms: &[f64]) -> Vec<Second> {
+        *self.stop.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        let samples = self.task.await.unwrap_or_default();
+        let gc = self.gc_log.as_deref().map(|p| gc_pauses(p, self.wall_start)).unwrap_or_default();
+        let n = completed.len().max(samples.len().saturating_sub(1));
+        (0..n).map(|i| second(i, &samples, completed, late_ms, &gc)).collect()
+    }
+}
+
+fn sample(pids: &[Option<String>; 4], metrics: &RuntimeMetrics) -> Sample {
+    let ack = metrics.sink_seconds.with_label_values(&["kafka"]);
+    let paused =
+        metrics.paused.collect().iter().flat_map(|f| f.get_metric()).map(|m| m.get_gauge().get_value()).sum::<f64>();
+    Sample {
+        cpu: std::array::from_fn(|i| pids[i].as_deref().map_or(Duration::ZERO, machine::cpu_time)),
+        machine_busy: machine::busy_time(),
+        ack_sum: ack.get_sample_sum(),
+        ack_count: ack.get_sample_count(),
+        paused: paused as i64,
+    }
+}
+
+fn second(i: usize, samples: &[Sample], completed: &[CompletedSecond], late_ms: &[f64], gc: &[(f64, f64)]) -> Second {
+    let mut s = Second { second: i, ..Second::default() };
+    if let Some(c) = completed.get(i) {
+        (s.done, s.max_ms) = (c.done, c.max_ms);
+    }
+    s.feeder_late_ms = late_ms.get(i).copied().unwrap_or(0.0);
+    if let (Some(a), Some(b)) = (samples.get(i), samples.get(i + 1)) {
+        let cores: [f64; 4] = std::array::from_fn(|k| b.cpu[k].saturating_sub(a.cpu[k]).as_secs_f64());
+        let busy = b.machine_busy.saturating_sub(a.machine_busy).as_secs_f64();
+        let [process, broker, redis, feeder] = cores;
+        s.cores = Cores { process, broker, redis, feeder, other: (busy - cores.iter().sum::<f64>()).max(0.0) };
+        let count = b.ack_count.saturating_sub(a.ack_count);
+        s.ack_ms = (count > 0).then(|| (b.ack_sum - a.ack_sum) * 1e3 / count as f64);
+        s.paused = b.paused;
+    }
+    // From 0.0, not the empty sum's -0.0.
+    s.gc_ms = gc.iter().filter(|(at, _)| *at >= i as f64 && *at < (i + 1) as f64).fold(0.0, |sum, (_, ms)| sum + ms);
+    s
+}
+
+/// The broker's GC pauses from its log (`-Xlog:gc:…:utctime`), as (seconds
+/// after `start`, pause ms); none when the log is missing (a stack started
+/// before the log was configured).
+fn gc_pauses(path: &Path, start: SystemTime) -> Vec<(f64, f64)> {
+    let Ok(text) = std::fs::read_to_string(path) else { return Vec::new() };
+    let start_ms = start.duration_since(SystemTime::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() * 1e3);
+    text.lines()
+        .filter_map(parse_gc_line)
+        .map(|(at_ms, pause)| ((at_ms - start_ms) / 1e3, pause))
+        .filter(|(at, _)| *at >= -1.0)
+        .collect()
+}
+
+/// `[2026-12-07T03:01:02.123+0000][gc] GC(12) Pause Young (Normal) (G1 Evacuation Pause) 120M->30M(512M) 3.456ms`
+/// → (Unix ms of its end, 3.456). Lines that are not a pause give `None`.
+fn parse_gc_line(line: &str) -> Option<(f64, f64)> {
+    let stamp = line.strip_prefix('[')?.split(']').next()?;
+    if !line.contains(" Pause ") {
+        return None;
+    }
+    let pause: f64 = line.rsplit(' ').next()?.strip_suffix("ms")?.parse().ok()?;
+    Some((unix_ms(stamp)?, pause))
+}
+
+/// `2026-12-07T03:01:02.123+0000` → Unix ms (UTC offsets only, as `utctime` writes).
+fn unix_ms(stamp: &str) -> Option<f64> {
+    Some(sluice_service::utc::rfc3339_ms(&format!("{}Z", stamp.strip_suffix("+0000")?))? as f64)
+}
+
+/// When a window's figure stands out against the run's median.
+pub struct Thresholds;
+
+impl Thresholds {
+    /// A GC pause counts when it is 10 ms or a tenth of the stall.
+    const GC_SHARE: f64 = 0.1;
+    const GC_MIN_MS: f64 = 10.0;
+    /// The feeder counts when it was behind by half the stall.
+    const FEEDER_SHARE: f64 = 0.5;
+    /// A process's cores count below half, or above 1.5×, its median.
+    const STARVED: f64 = 0.5;
+    const BUSY: f64 = 1.5;
+    /// Other processes count above a quarter of a core.
+    const OTHER_CORES: f64 = 0.25;
+    /// Acknowledgements count above 3× their median.
+    const ACK: f64 = 3.0;
+    /// The machine counts as saturated at 90% of its cores busy: every
+    /// other disturbance then queues.
+    const SATURATED: f64 = 0.9;
+}
+
+/// The worst stall of `seconds` (the completion with the highest latency),
+/// named by what stands out in the seconds it waited through. The first
+/// second is left out, as the latency distribution leaves out the records
+/// due in it: the processor is still starting its first fetches.
+pub fn worst_stall(seconds: &[Second], cores: f64) -> Option<Stall> {
+    let worst = seconds.iter().skip(1).filter(|s| s.done > 0).max_by(|a, b| a.max_ms.total_cmp(&b.max_ms))?;
+    // It completed within its second, so it was due from `latency` before that second's start.
+    let from = (worst.second as f64 - worst.max_ms / 1e3).floor().max(0.0) as usize;
+    let window: Vec<&Second> = seconds[from.min(worst.second)..=worst.second].iter().collect();
+    let evidence = evidence(seconds, &window, worst.max_ms, cores);
+    let verdict = if evidence.is_empty() { format!("unexplained: {}", figures(&window)) } else { evidence.join("; ") };
+    Some(Stall { second: worst.second, latency_ms: worst.max_ms, window: (from, worst.second), evidence, verdict })
+}
+
+fn evidence(all: &[Second], window: &[&Second], stall_ms: f64, cores: f64) -> Vec<String> {
+    let mut found = Vec::new();
+    let median = |f: &dyn Fn(&Second) -> f64| {
+        let mut v: Vec<f64> = all.iter().filter(|s| s.done > 0).map(f).collect();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    let peak = |f: &dyn Fn(&Second) -> f64| {
+        window.iter().map(|s| (s.second, f(s))).max_by(|a, b| a.1.total_cmp(&b.1)).unwrap_or((0, 0.0))
+    };
+    let low = |f: &dyn Fn(&Second) -> f64| {
+        window.iter().map(|s| (s.second, f(s))).min_by(|a, b| a.1.total_cmp(&b.1)).unwrap_or((0, 0.0))
+    };
+    let (at, gc) = peak(&|s| s.gc_ms);
+    if gc >= Thresholds::GC_MIN_MS.max(Thresholds::GC_SHARE * stall_ms) {
+        found.push(format!("broker GC paused {gc:.0} ms in second {at}"));
+    }
+    let (at, late) = peak(&|s| s.feeder_late_ms);
+    if late >= Thresholds::FEEDER_SHARE * stall_ms {
+        found.push(format!("the feeder was {late:.0} ms behind its schedule in second {at}"));
+    }
+    for (name, get) in
+        [("processor", (|s: &Second| s.cores.process) as fn(&Second) -> f64), ("broker", |s| s.cores.broker)]
+    {
+        let (m, (at, lo), (at_hi, hi)) = (median(&get), low(&get), peak(&get));
+        if lo < Thresholds::STARVED * m {
+            found.push(format!("the {name} ran {lo:.2} cores in second {at} (median {m:.2})"));
+        }
+        if hi > Thresholds::BUSY * m {
+            found.push(format!("the {name} ran {hi:.2} cores in second {at_hi} (median {m:.2})"));
+        }
+    }
+    let (at, other) = peak(&|s| s.cores.other);
+    if other > Thresholds::OTHER_CORES.max(Thresholds::BUSY * median(&|s| s.cores.other)) {
+        found.push(format!("other processes ran {other:.2} cores in second {at}"));
+    }
+    let (at, ack) = peak(&|s| s.ack_ms.unwrap_or(0.0));
+    let ack_median = median(&|s| s.ack_ms.unwrap_or(0.0));
+    if ack > Thresholds::ACK * ack_median && ack_median > 0.0 {
+        found.push(format!("produce acknowledgements took {ack:.0} ms in second {at} (median {ack_median:.1})"));
+    }
+    let (at, busy) = peak(&|s| s.cores.process + s.cores.broker + s.cores.redis + s.cores.feeder + s.cores.other);
+    if busy >= Thresholds::SATURATED * cores {
+        found.push(format!(
+            "the machine was {:.0}% busy in second {at} ({busy:.2} of {cores:.0} cores)",
+            busy / cores * 100.0
+        ));
+    }
+    let (at, paused) = peak(&|s| s.paused as f64);
+    if paused > 0.0 {
+        found.push(format!("{paused:.0} partitions paused at second {at} (in-flight budget spent)"));
+    }
+    found
+}
+
+/// A window's figures, for an unexplained stall.
+fn figures(window: &[&Second]) -> String {
+    let parts: Vec<String> = window
+        .iter()
+        .map(|s| {
+            format!(
+                "s{} done {} cores p{:.2}/b{:.2}/r{:.2}/f{:.2}/o{:.2} ack {} gc {:.0}",
+                s.second,
+                s.done,
+                s.cores.process,
+                s.cores.broker,
+                s.cores.redis,
+                s.cores.feeder,
+                s.cores.other,
+                s.ack_ms.map_or("-".into(), |a| format!("{a:.1}")),
+                s.gc_ms
+            )
+        })
+        .collect();
+    parts.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_a_g1_pause_line_with_its_utc_time() {
+        let line = "[2026-12-07T03:01:02.123+0000][gc] GC(12) Pause Young (Normal) (G1 Evacuation Pause) 120M->30M(512M) 3.456ms";
+        let (at, pause) = parse_gc_line(line).expect("a pause");
+        assert_eq!(pause, 3.456);
+        // 2026-12-07T03:01:02.123Z
+        assert_eq!(at, 1_796_612_462_123.0);
+        assert_eq!(parse_gc_line("[2026-12-07T03:01:02.123+0000][gc] Using G1"), None);
+    }
+
+    fn steady(i: usize) -> Second {
+        Second {
+            second: i,
+            done: 50_000,
+            max_ms: 20.0,
+            cores: Cores { process: 0.5, broker: 0.5, redis: 0.0, feeder: 0.2, other: 0.05 },
+            ack_ms: Some(4.0),
+            ..Second::default()
+        }
+    }
+
+    #[test]
+    fn a_stall_is_named_by_what_stands_out_in_its_window() {
+        let mut seconds: Vec<Second> = (0..20).map(steady).collect();
+        // A 1.3 s stall completing in second 12: the broker paused in second 11.
+        seconds[12].max_ms = 1300.0;
+        seconds[11].gc_ms = 900.0;
+        seconds[11].cores.process = 0.1;
+        seconds[10].cores.other = 0.65;
+        let stall = worst_stall(&seconds, 2.0).expect("a stall");
+        assert_eq!((stall.second, stall.window), (12, (10, 12)));
+        assert!(stall.evidence.iter().any(|e| e.starts_with("broker GC paused 900 ms in second 11")), "{stall:?}");
+        assert!(stall.evidence.iter().any(|e| e.contains("processor ran 0.10 cores")), "{stall:?}");
+        assert!(
+            stall.evidence.iter().any(|e| e.starts_with("the machine was 92% busy in second 10 (1.85 of 2 cores)")),
+            "{stall:?}"
+        );
+        assert!(!stall.verdict.starts_with("unexplained"));
+    }
+
+    #[test]
+    fn a_stall_nothing_explains_is_declared_unexplained_with_its_figures() {
+        let mut seconds: Vec<Second> = (0..20).map(steady).collect();
+        seconds[7].max_ms = 300.0;
+        // The first second is left out: its stall is the processor's start.
+        seconds[0].max_ms = 900.0;
+        let stall = worst_stall(&seconds, 2.0).expect("a stall");
+        assert!(stall.evidence.is_empty(), "{stall:?}");
+        assert!(stall.verdict.starts_with("unexplained: s6 done 50000"), "{}", stall.verdict);
+    }
+}
