@@ -59,7 +59,7 @@ impl<O: Outputs> Drop for DexHandler<O> {
 
 /// Lua scripts the handler runs (its Redis sink loads them on every connection).
 pub fn scripts() -> Vec<String> {
-    vec![state::APPLY_SCRIPT.to_string()]
+    vec![state::APPLY_SCRIPT.to_string(), state::APPLY_MANY_SCRIPT.to_string()]
 }
 
 fn pow10(exp: u32) -> f64 {

@@ -55,6 +55,7 @@ pub struct Live {
     redis: RedisSink,
     prefix: String,
     apply_sha: String,
+    apply_many_sha: String,
     audit: bool,
 }
 
@@ -64,6 +65,7 @@ impl Live {
             redis,
             prefix: config.redis_prefix.clone(),
             apply_sha: state::script_sha(state::APPLY_SCRIPT),
+            apply_many_sha: state::script_sha(state::APPLY_MANY_SCRIPT),
             audit: config.audit_applied,
         }
     }
@@ -91,13 +93,48 @@ impl Outputs for Live {
         Ok(redis::from_redis_value::<i64>(applied).ok() != Some(0))
     }
 
-    /// One round trip for all of them, in order.
+    /// One round trip for all of them, one batch-script call per pool (its
+    /// swaps in their order: the order across pools does not change any
+    /// pool's state), each swap's result where it stood in `applies`.
     async fn apply_all(&self, applies: &[Apply<'_>]) -> Result<Vec<Result<bool, SinkError>>, SinkError> {
-        let commands =
-            applies.iter().map(|a| state::apply_command(&self.apply_sha, &self.prefix, a, self.audit)).collect();
+        let pools = by_pool(applies);
+        let commands = pools
+            .iter()
+            .map(|(pool, at)| {
+                let mine = at.iter().map(|&i| &applies[i]);
+                state::apply_many_command(&self.apply_many_sha, &self.prefix, pool, mine, self.audit)
+            })
+            .collect();
         let replies = self.redis.exec_all(commands).await?;
-        Ok(replies.into_iter().map(|r| r.map(|v| redis::from_redis_value::<i64>(v).ok() != Some(0))).collect())
+        let mut out: Vec<Result<bool, SinkError>> =
+            (0..applies.len()).map(|_| Err(SinkError::NoReply("a swap of the batch"))).collect();
+        for ((_, at), reply) in pools.iter().zip(replies) {
+            let each =
+                reply.and_then(|v| redis::from_redis_value::<Vec<i64>>(v).map_err(|e| SinkError::Redis(e.into())));
+            for (k, &i) in at.iter().enumerate() {
+                out[i] = match &each {
+                    Ok(each) => each.get(k).map(|&r| r != 0).ok_or(SinkError::NoReply("a swap of the pool's call")),
+                    Err(e) => Err(e.clone()),
+                };
+            }
+        }
+        Ok(out)
     }
+}
+
+/// The pools of `applies` in order of first appearance, each with the
+/// positions of its swaps, in order.
+fn by_pool<'a>(applies: &[Apply<'a>]) -> Vec<(&'a str, Vec<usize>)> {
+    let mut pools: Vec<(&'a str, Vec<usize>)> = Vec::new();
+    let mut index: HashMap<&'a str, usize> = HashMap::new();
+    for (i, apply) in applies.iter().enumerate() {
+        let slot = *index.entry(apply.pool).or_insert_with(|| {
+            pools.push((apply.pool, Vec::new()));
+            pools.len() - 1
+        });
+        pools[slot].1.push(i);
+    }
+    pools
 }
 
 /// Everything in memory, with the same semantics (the apply ignores a swap

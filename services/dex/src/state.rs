@@ -8,6 +8,15 @@
 //! sequence), `reserve_a`, `reserve_b`, `sqrt_price_x64`, `last_price_ticks`,
 //! `swaps_applied`, `price`, `venue`. A price change is published on
 //! `<prefix>prices` as `<pool> <price>`.
+//!
+//! A batch's swaps on one pool go to Redis as one call of the batch script
+//! ([`APPLY_MANY_SCRIPT`]), which applies them in order with exactly the one-swap
+//! script's rule and effects: the same final hash, the same audit entries, and
+//! the same price stream, one message per applied swap that changed its pool's
+//! price, each pool's in its sequence order (a batch publishes pool after pool,
+//! so two pools' messages may interleave differently than one by one: no
+//! order across pools was ever promised). It reads the hash once and writes it
+//! once per call instead of once per swap.
 
 use std::collections::HashMap;
 
@@ -38,6 +47,42 @@ end
 return 1
 "#;
 
+/// The batch apply script: one pool's swaps in order (`ARGV`: the prices
+/// channel, the pool, the audit flag, then nine values per swap as in
+/// [`APPLY_SCRIPT`]). Returns 1 or 0 per swap, as the one-swap script would
+/// have for each in turn.
+pub const APPLY_MANY_SCRIPT: &str = r#"
+local cur = redis.call('HMGET', KEYS[1], 'slot', 'tx', 'ix', 'price')
+local cs, ct, ci, price = tonumber(cur[1]), tonumber(cur[2]), tonumber(cur[3]), cur[4]
+local out, applied, last, sqrt, ticks = {}, 0, nil, nil, nil
+for j = 4, #ARGV, 9 do
+  local s, t, i = tonumber(ARGV[j]), tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
+  if cs and (s < cs or (s == cs and (t < ct or (t == ct and i <= ci)))) then
+    out[#out + 1] = 0
+  else
+    cs, ct, ci, last, applied = s, t, i, j, applied + 1
+    if ARGV[j + 5] ~= '' then sqrt = ARGV[j + 5] end
+    if ARGV[j + 6] ~= '' then ticks = ARGV[j + 6] end
+    if ARGV[3] == '1' then
+      redis.call('RPUSH', KEYS[2], ARGV[j] .. ':' .. ARGV[j + 1] .. ':' .. ARGV[j + 2])
+    end
+    if price ~= ARGV[j + 7] then
+      redis.call('PUBLISH', ARGV[1], ARGV[2] .. ' ' .. ARGV[j + 7])
+    end
+    price = ARGV[j + 7]
+    out[#out + 1] = 1
+  end
+end
+if last then
+  redis.call('HSET', KEYS[1], 'slot', ARGV[last], 'tx', ARGV[last + 1], 'ix', ARGV[last + 2],
+    'reserve_a', ARGV[last + 3], 'reserve_b', ARGV[last + 4], 'price', ARGV[last + 7], 'venue', ARGV[last + 8])
+  if sqrt then redis.call('HSET', KEYS[1], 'sqrt_price_x64', sqrt) end
+  if ticks then redis.call('HSET', KEYS[1], 'last_price_ticks', ticks) end
+  redis.call('HINCRBY', KEYS[1], 'swaps_applied', applied)
+end
+return out
+"#;
+
 /// Key of a pool's state hash.
 pub fn pool_key(prefix: &str, pool: &str) -> String {
     format!("{prefix}pool:{pool}")
@@ -64,13 +109,35 @@ pub struct Apply<'a> {
 
 /// The `EVALSHA` command applying `apply`.
 pub fn apply_command(sha: &str, prefix: &str, apply: &Apply<'_>, audit: bool) -> redis::Cmd {
-    let u = &apply.update;
     let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(sha)
-        .arg(2)
-        .arg(pool_key(prefix, apply.pool))
-        .arg(audit_key(prefix, apply.pool))
-        .arg(u.seq.slot)
+    cmd.arg(sha).arg(2).arg(pool_key(prefix, apply.pool)).arg(audit_key(prefix, apply.pool));
+    update_args(&mut cmd, apply);
+    cmd.arg(prices_channel(prefix)).arg(apply.pool).arg(if audit { "1" } else { "0" });
+    cmd
+}
+
+/// The `EVALSHA` command of [`APPLY_MANY_SCRIPT`] applying `applies`, all on
+/// `pool`, in order.
+pub fn apply_many_command<'a>(
+    sha: &str,
+    prefix: &str,
+    pool: &str,
+    applies: impl IntoIterator<Item = &'a Apply<'a>>,
+    audit: bool,
+) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(sha).arg(2).arg(pool_key(prefix, pool)).arg(audit_key(prefix, pool));
+    cmd.arg(prices_channel(prefix)).arg(pool).arg(if audit { "1" } else { "0" });
+    for apply in applies {
+        update_args(&mut cmd, apply);
+    }
+    cmd
+}
+
+/// A swap's nine values, as both scripts read them.
+fn update_args(cmd: &mut redis::Cmd, apply: &Apply<'_>) {
+    let u = &apply.update;
+    cmd.arg(u.seq.slot)
         .arg(u.seq.tx_index)
         .arg(u.seq.ix_index)
         .arg(u.reserve_a)
@@ -78,11 +145,7 @@ pub fn apply_command(sha: &str, prefix: &str, apply: &Apply<'_>, audit: bool) ->
         .arg(u.sqrt_price_x64.map(|v| v.to_string()).unwrap_or_default())
         .arg(u.last_price_ticks.map(|v| v.to_string()).unwrap_or_default())
         .arg(format!("{:.12}", apply.price))
-        .arg(apply.venue)
-        .arg(prices_channel(prefix))
-        .arg(apply.pool)
-        .arg(if audit { "1" } else { "0" });
-    cmd
+        .arg(apply.venue);
 }
 
 /// The `HSET` that writes a pool's whole state as the chain reports it (`GetPool`), the
