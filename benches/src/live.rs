@@ -65,11 +65,9 @@ impl Stack {
     }
 
     /// Deletes every topic this run created (names start with its stem):
-    /// a stress run writes gigabytes the stack would otherwise keep for a day.
-    /// Best effort: what could not be deleted is returned.
+    /// what a phase that failed half-way left. Best effort: what could not
+    /// be deleted is returned.
     pub async fn delete_run_topics(&self) -> Vec<String> {
-        use rdkafka::admin::{AdminClient, AdminOptions};
-        use rdkafka::client::DefaultClientContext;
         let names: Vec<String> = {
             let consumer: Result<BaseConsumer, _> = self.kafka.client().create();
             let metadata = consumer.and_then(|c| c.fetch_metadata(None, Duration::from_secs(10)));
@@ -78,6 +76,15 @@ impl Stack {
                 Err(e) => return vec![format!("listing topics: {e}")],
             }
         };
+        self.delete_topics(&names).await
+    }
+
+    /// Deletes `names` as soon as a phase is done with them: one open loop at
+    /// 100k records/s writes several GB, and a run of them kept to its end
+    /// once filled the disk. Best effort: what could not be deleted is returned.
+    pub async fn delete_topics(&self, names: &[String]) -> Vec<String> {
+        use rdkafka::admin::{AdminClient, AdminOptions};
+        use rdkafka::client::DefaultClientContext;
         if names.is_empty() {
             return Vec::new();
         }
@@ -90,6 +97,16 @@ impl Stack {
         match admin.delete_topics(&refs, &options).await {
             Ok(results) => results.into_iter().filter_map(|r| r.err().map(|(t, e)| format!("{t}: {e}"))).collect(),
             Err(e) => vec![format!("deleting topics: {e}")],
+        }
+    }
+
+    /// Deletes a processor input's topics (it, its swaps and dead-letter
+    /// topics, and `more`), saying what could not be deleted.
+    pub async fn drop_input(&self, input: &str, more: &[&str]) {
+        let mut names = vec![input.to_string(), format!("{input}.swaps"), format!("{input}.dlq")];
+        names.extend(more.iter().map(|m| m.to_string()));
+        for failure in self.delete_topics(&names).await {
+            eprintln!("  could not delete a topic of this run: {failure}");
         }
     }
 

@@ -173,6 +173,7 @@ pub(super) async fn backlog(stack: &Stack, jmx: &Jmx, shape: &Shape<'_>) -> Resu
         Some(every) => Some(drain_exactly_once(stack, jmx, shape, &input, every, &drain).await?),
         None => None,
     };
+    stack.drop_input(&input, &[&ceiling_topic]).await;
     Ok(Backlog {
         produce,
         bare_consumer: bare,

@@ -168,6 +168,7 @@ pub(super) async fn open_loop(
     let redis = redis_figures(&metrics, total as u64, Some(connections));
     let kafka = KafkaFigures { connections: Some(kafka_connections), ..kafka_figures(&metrics) };
     processor.stop().await?;
+    stack.drop_input(&input, &[]).await;
 
     let latency = Latency::of(&progress.latency());
     Ok(OpenLoop {

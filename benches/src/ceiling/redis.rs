@@ -1,5 +1,6 @@
 //! The full variant's Redis side: each record applied with the processor's
-//! own apply script, one pipeline per batch.
+//! own batch apply script, one call per pool of the batch (as the processor
+//! applies), one pipeline per batch.
 
 use anyhow::{Context, Result, bail};
 use sluice_core::pool::PoolUpdate;
@@ -22,32 +23,43 @@ impl RedisApply {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let conn = rt.block_on(async {
             let mut conn = redis::Client::open(url)?.get_multiplexed_async_connection().await?;
-            let _: String = redis::cmd("SCRIPT").arg("LOAD").arg(state::APPLY_SCRIPT).query_async(&mut conn).await?;
+            let script = state::APPLY_MANY_SCRIPT;
+            let _: String = redis::cmd("SCRIPT").arg("LOAD").arg(script).query_async(&mut conn).await?;
             Ok::<_, redis::RedisError>(conn)
         })?;
-        Ok(Self { rt, conn, sha: state::script_sha(state::APPLY_SCRIPT), prefix })
+        Ok(Self { rt, conn, sha: state::script_sha(state::APPLY_MANY_SCRIPT), prefix })
     }
 
     /// Applies one swap per record (the key as the pool, the offset as its
-    /// sequence, so every apply is a real write), one pipeline for all.
+    /// sequence, so every apply is a real write), one call per pool, one
+    /// pipeline for all.
     pub(super) fn apply(&mut self, batch: &[Input]) -> Result<()> {
+        let applies: Vec<Apply<'_>> = batch
+            .iter()
+            .map(|input| Apply {
+                pool: std::str::from_utf8(&input.key).unwrap_or("pool"),
+                update: PoolUpdate {
+                    seq: Seq { slot: input.offset as u64 + 1, tx_index: 0, ix_index: 0 },
+                    reserve_a: 1_000_000 + input.offset as u64,
+                    reserve_b: 2_000_000,
+                    sqrt_price_x64: None,
+                    last_price_ticks: None,
+                },
+                price: 1.0 + input.offset as f64,
+                venue: 1,
+            })
+            .collect();
         let mut pipe = redis::pipe();
-        for input in batch {
-            let pool = std::str::from_utf8(&input.key).unwrap_or("pool");
-            let update = PoolUpdate {
-                seq: Seq { slot: input.offset as u64 + 1, tx_index: 0, ix_index: 0 },
-                reserve_a: 1_000_000 + input.offset as u64,
-                reserve_b: 2_000_000,
-                sqrt_price_x64: None,
-                last_price_ticks: None,
-            };
-            let apply = Apply { pool, update, price: 1.0 + input.offset as f64, venue: 1 };
-            pipe.add_command(state::apply_command(&self.sha, &self.prefix, &apply, false));
+        for (pool, at) in state::by_pool(&applies) {
+            let mine = at.iter().map(|&i| &applies[i]);
+            pipe.add_command(state::apply_many_command(&self.sha, &self.prefix, pool, mine, false));
         }
         let conn = &mut self.conn;
-        let applied: Vec<i64> = self.rt.block_on(pipe.query_async(conn)).context("the ceiling's Redis pipeline")?;
-        if applied.len() != batch.len() {
-            bail!("{} replies for {} applies", applied.len(), batch.len());
+        let applied: Vec<Vec<i64>> =
+            self.rt.block_on(pipe.query_async(conn)).context("the ceiling's Redis pipeline")?;
+        let applied: usize = applied.iter().map(Vec::len).sum();
+        if applied != batch.len() {
+            bail!("{applied} replies for {} applies", batch.len());
         }
         Ok(())
     }

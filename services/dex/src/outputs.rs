@@ -97,7 +97,7 @@ impl Outputs for Live {
     /// swaps in their order: the order across pools does not change any
     /// pool's state), each swap's result where it stood in `applies`.
     async fn apply_all(&self, applies: &[Apply<'_>]) -> Result<Vec<Result<bool, SinkError>>, SinkError> {
-        let pools = by_pool(applies);
+        let pools = state::by_pool(applies);
         let commands = pools
             .iter()
             .map(|(pool, at)| {
@@ -120,21 +120,6 @@ impl Outputs for Live {
         }
         Ok(out)
     }
-}
-
-/// The pools of `applies` in order of first appearance, each with the
-/// positions of its swaps, in order.
-fn by_pool<'a>(applies: &[Apply<'a>]) -> Vec<(&'a str, Vec<usize>)> {
-    let mut pools: Vec<(&'a str, Vec<usize>)> = Vec::new();
-    let mut index: HashMap<&'a str, usize> = HashMap::new();
-    for (i, apply) in applies.iter().enumerate() {
-        let slot = *index.entry(apply.pool).or_insert_with(|| {
-            pools.push((apply.pool, Vec::new()));
-            pools.len() - 1
-        });
-        pools[slot].1.push(i);
-    }
-    pools
 }
 
 /// Everything in memory, with the same semantics (the apply ignores a swap

@@ -134,6 +134,21 @@ pub fn apply_many_command<'a>(
     cmd
 }
 
+/// The pools of `applies` in order of first appearance, each with the
+/// positions of its swaps, in order: one [`apply_many_command`] each.
+pub fn by_pool<'a>(applies: &[Apply<'a>]) -> Vec<(&'a str, Vec<usize>)> {
+    let mut pools: Vec<(&'a str, Vec<usize>)> = Vec::new();
+    let mut index: HashMap<&'a str, usize> = HashMap::new();
+    for (i, apply) in applies.iter().enumerate() {
+        let slot = *index.entry(apply.pool).or_insert_with(|| {
+            pools.push((apply.pool, Vec::new()));
+            pools.len() - 1
+        });
+        pools[slot].1.push(i);
+    }
+    pools
+}
+
 /// A swap's nine values, as both scripts read them.
 fn update_args(cmd: &mut redis::Cmd, apply: &Apply<'_>) {
     let u = &apply.update;
