@@ -61,13 +61,20 @@ impl KafkaConfig {
             .set("bootstrap.servers", &self.brokers)
             .set("enable.idempotence", "true")
             .set("acks", "all")
-            // 5 ms, librdkafka's default, measured against 20 ms on the
-            // processor (stress, Kafka mode, 43k records/s): 20 ms tripled the
-            // records per produce request (28 -> 85) and saved 17% of the CPU
-            // per record, but doubled p50 and quadrupled p99 on a busy machine;
-            // the processor's outputs are enqueued per batch, so at high rates
-            // requests are large anyway (235 records each while draining).
-            .set("linger.ms", "5")
+            // 20 ms (issue 31). librdkafka sends one produce request per partition, so
+            // below the rate that fills a batch the broker serves one request per
+            // partition per linger window from every producer, and that fixed request
+            // rate is what a record costs at partial load: at 20,000 records/s over 12
+            // partitions, 5 ms meant 0.12 produce requests per record and the broker spent
+            // more CPU than the processor. Measured with the ingest (the feeder) and the
+            // processor both at 20 ms against both at 5 ms (stress --mode kafka, one stack;
+            // results/README.md): whole-system CPU per record at 20k, 40k and 77.6k
+            // records/s fell by 28%, 26% and 15%; the feeder's wait raised p50 by about
+            // 7 ms and left p99 where it was (the broker's GC and two busy cores set it).
+            // Draining, batches fill before the linger ends, so it changes nothing there.
+            // The processor's outputs are acknowledged up to 20 ms later, within the
+            // in-flight budget and far inside the freshness objective (5 s).
+            .set("linger.ms", "20")
             // lz4 even on loopback: measured against none on the processor
             // (stress, Kafka mode, one run each), lz4 drained faster (216k vs
             // 178k records/s) and the broker spent less per record (1.5 vs 3.5
