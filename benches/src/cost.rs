@@ -46,6 +46,14 @@ pub struct PerProcess<T> {
     pub feeder: T,
 }
 
+impl PerProcess<f64> {
+    /// The whole system's share: processor (or ceiling loop) + broker + Redis;
+    /// the feeder, which stands in for the ingest, is left out.
+    pub fn system(&self) -> f64 {
+        self.process + self.broker + self.redis
+    }
+}
+
 impl<T: Copy> PerProcess<T> {
     fn from(v: [T; 4]) -> Self {
         Self { process: v[0], broker: v[1], redis: v[2], feeder: v[3] }

@@ -98,10 +98,7 @@ impl Medians {
         let median = |f: &dyn Fn(&Drain) -> f64| median(&drains.iter().map(f).collect::<Vec<_>>());
         Self {
             records_per_sec: median(&|d| d.records_per_sec),
-            system_cpu_us_per_record: median(&|d| {
-                let c = &d.cost.cpu_us_per_record;
-                c.process + c.broker + c.redis
-            }),
+            system_cpu_us_per_record: median(&|d| d.cost.cpu_us_per_record.system()),
             process_cpu_us_per_record: median(&|d| d.cost.cpu_us_per_record.process),
         }
     }

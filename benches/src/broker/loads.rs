@@ -101,7 +101,7 @@ fn point(
     drain_cost: f64,
 ) -> LoadPoint {
     let cpu = &c.cpu_us_per_record;
-    let system = cpu.process + cpu.broker + cpu.redis;
+    let system = cpu.system();
     let n = c.records.max(1) as f64;
     LoadPoint {
         label,

@@ -49,7 +49,6 @@ pub struct OpenLoop {
     pub transactions: Option<TransactionFigures>,
 }
 
-/// The processor's transactions over an exactly-once run.
 /// One trial of the rate search.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Trial {

@@ -10,6 +10,7 @@ pub struct Sinks {
     pub kafka: KafkaFigures,
 }
 
+/// The processor's transactions over an exactly-once run.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct TransactionFigures {
     pub committed: u64,

@@ -7,7 +7,8 @@
 //! unexplained; the thresholds are [`Thresholds`].
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use prometheus::core::Collector;
@@ -64,7 +65,7 @@ pub struct Stall {
 
 /// Samples counters once a second while an open loop runs.
 pub struct Sampler {
-    stop: Arc<Mutex<bool>>,
+    stop: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<Vec<Sample>>,
     wall_start: SystemTime,
     gc_log: Option<PathBuf>,
@@ -85,14 +86,14 @@ impl Sampler {
     /// (this process), the stack's broker and Redis, and the feeder `feeder`.
     pub fn start(stack: &Stack, metrics: &RuntimeMetrics, feeder: &str, start: Instant) -> Self {
         let pids = [Some("self".to_string()), stack.pid("kafka"), stack.pid("redis"), Some(feeder.to_string())];
-        let stop = Arc::new(Mutex::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
         let wall_start = SystemTime::now() + start.saturating_duration_since(Instant::now());
         let (metrics, stopped) = (metrics.clone(), stop.clone());
         let task = tokio::spawn(async move {
             tokio::time::sleep_until(start.into()).await;
             let mut samples = vec![sample(&pids, &metrics)];
             let mut tick = tokio::time::interval_at((start + Duration::from_secs(1)).into(), Duration::from_secs(1));
-            while !*stopped.lock().unwrap_or_else(|e| e.into_inner()) {
+            while !stopped.load(Ordering::Relaxed) {
                 tick.tick().await;
                 samples.push(sample(&pids, &metrics));
             }
@@ -104,7 +105,7 @@ impl Sampler {
     /// Stops sampling and joins the samples with the completions and the
     /// feeder's lateness, second by second.
     pub async fn finish(self, completed: &[CompletedSecond], late_ms: &[f64]) -> Vec<Second> {
-        *self.stop.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.stop.store(true, Ordering::Relaxed);
         let samples = self.task.await.unwrap_or_default();
         let gc = self.gc_log.as_deref().map(|p| gc_pauses(p, self.wall_start)).unwrap_or_default();
         let n = completed.len().max(samples.len().saturating_sub(1));

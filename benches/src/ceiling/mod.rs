@@ -231,12 +231,8 @@ pub fn run(
             r.apply(&batch)?;
             round_trips += 1;
         }
-        for input in &batch {
-            positions.received(input.partition, input.offset)?;
-            let payload = &swaps[(records as usize) % swaps.len()];
-            send(&producer, output, &input.key, payload, opaque(input.partition, input.offset))?;
-            records += 1;
-        }
+        produce_batch(&producer, output, swaps, &batch, records, &mut positions)?;
+        records += batch.len() as u64;
         last = Instant::now();
         producer.poll(Duration::ZERO);
         positions.settle(producer.context())?;
@@ -325,6 +321,24 @@ fn finish(
     }
     if !transactional {
         positions.commit(consumer, topic, CommitMode::Sync)?;
+    }
+    Ok(())
+}
+
+/// Tracks and produces one output per record of `batch` (the outputs cycle
+/// through `swaps` from the `first`-th), as every ceiling loop does.
+fn produce_batch(
+    producer: &BaseProducer<Acks>,
+    output: &str,
+    swaps: &[Vec<u8>],
+    batch: &[Input],
+    first: u64,
+    positions: &mut Positions,
+) -> Result<()> {
+    for (k, input) in batch.iter().enumerate() {
+        positions.received(input.partition, input.offset)?;
+        let payload = &swaps[(first as usize + k) % swaps.len()];
+        send(producer, output, &input.key, payload, opaque(input.partition, input.offset))?;
     }
     Ok(())
 }

@@ -22,7 +22,7 @@ use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 use sluice_runtime::RuntimeConfig;
 
-use super::{Acks, BATCH, Ceiling, Input, Positions, RedisApply, fill, opaque, send};
+use super::{Acks, BATCH, Ceiling, Input, Positions, RedisApply, fill, produce_batch};
 
 /// What the parallel loops drain and where they write.
 pub struct Spec<'a> {
@@ -116,12 +116,8 @@ fn run_lane(
                 r.apply(&batch)?;
                 out.round_trips += 1;
             }
-            for input in &batch {
-                positions.received(input.partition, input.offset)?;
-                let payload = &spec.swaps[(out.records as usize) % spec.swaps.len()];
-                send(producer, spec.output, &input.key, payload, opaque(input.partition, input.offset))?;
-                out.records += 1;
-            }
+            produce_batch(producer, spec.output, spec.swaps, &batch, out.records, &mut positions)?;
+            out.records += batch.len() as u64;
             done.fetch_add(batch.len() as u64, Ordering::Relaxed);
             out.last = Some(Instant::now());
         }
