@@ -147,8 +147,9 @@ pub struct StressArgs {
     #[arg(long, default_value_t = 30.0)]
     pub load_seconds: f64,
     /// Kafka and full: an unmeasured open loop at 20,000 records/s before
-    /// anything is measured, s (a broker just started serves its first
-    /// minute slower: its JIT is still compiling); 0 reports a cold run.
+    /// anything is measured, and another at the headline rate before the
+    /// headline loops, s each (a broker just started serves its first minute
+    /// slower, and compiles again at a new rate: its JIT); 0 reports a cold run.
     #[arg(long, default_value_t = 20.0)]
     pub warmup_seconds: f64,
     /// Kafka and full: fail if the whole-system CPU per record at any load

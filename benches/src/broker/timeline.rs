@@ -2,9 +2,10 @@
 //! evidence: what each process (and the rest of the machine) spent, how far
 //! the feeder was behind its schedule, how long the processor's produce
 //! acknowledgements took, how many partitions were paused, and the broker's
-//! GC pauses (from its GC log). A stall is named by the evidence that
-//! stands out in its window against the run's own medians, or declared
-//! unexplained; the thresholds are [`Thresholds`].
+//! GC pauses (from its GC log), JIT compilation (its compiler threads) and
+//! log segments rolled or deleted (from its log). A stall is named by the
+//! evidence that stands out in its window against the run's own medians, or
+//! declared unexplained; the thresholds are [`Thresholds`].
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -37,6 +38,13 @@ pub struct Second {
     pub paused: i64,
     /// The broker's GC pauses that started in this second, summed, ms.
     pub gc_ms: f64,
+    /// The broker's JIT compiler threads, cores.
+    pub broker_jit_cores: f64,
+    /// Log segments the broker rolled in this second (each roll flushes the
+    /// segment before it), and logs it removed from disk (a deleted topic's
+    /// partitions go `log.segment.delete.delay.ms`, 60 s, after the delete).
+    pub segment_rolls: u32,
+    pub logs_removed: u32,
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -69,12 +77,15 @@ pub struct Sampler {
     task: tokio::task::JoinHandle<Vec<Sample>>,
     wall_start: SystemTime,
     gc_log: Option<PathBuf>,
+    /// The broker's log and its length when sampling started.
+    broker_log: Option<(PathBuf, u64)>,
 }
 
 /// Cumulative counters at a second's end.
 #[derive(Debug, Clone, Default)]
 struct Sample {
     cpu: [Duration; 4],
+    broker_jit: Duration,
     machine_busy: Duration,
     ack_sum: f64,
     ack_count: u64,
@@ -99,7 +110,11 @@ impl Sampler {
             }
             samples
         });
-        Self { stop, task, wall_start, gc_log: stack.dir().map(|d| d.join("logs/kafka-gc.log")) }
+        let broker_log = stack.dir().map(|d| d.join("logs/kafka.log")).map(|p| {
+            let length = std::fs::metadata(&p).map_or(0, |m| m.len());
+            (p, length)
+        });
+        Self { stop, task, wall_start, gc_log: stack.dir().map(|d| d.join("logs/kafka-gc.log")), broker_log }
     }
 
     /// Stops sampling and joins the samples with the completions and the
@@ -108,8 +123,18 @@ impl Sampler {
         self.stop.store(true, Ordering::Relaxed);
         let samples = self.task.await.unwrap_or_default();
         let gc = self.gc_log.as_deref().map(|p| gc_pauses(p, self.wall_start)).unwrap_or_default();
+        let events =
+            self.broker_log.as_ref().map(|(p, from)| log_events(p, *from, self.wall_start)).unwrap_or_default();
         let n = completed.len().max(samples.len().saturating_sub(1));
-        (0..n).map(|i| second(i, &samples, completed, late_ms, &gc)).collect()
+        (0..n)
+            .map(|i| {
+                let mut s = second(i, &samples, completed, late_ms, &gc);
+                let here =
+                    |kind: LogEvent| events.iter().filter(|(at, k)| *k == kind && at.floor() == i as f64).count();
+                (s.segment_rolls, s.logs_removed) = (here(LogEvent::Roll) as u32, here(LogEvent::Removed) as u32);
+                s
+            })
+            .collect()
     }
 }
 
@@ -119,6 +144,7 @@ fn sample(pids: &[Option<String>; 4], metrics: &RuntimeMetrics) -> Sample {
         metrics.paused.collect().iter().flat_map(|f| f.get_metric()).map(|m| m.get_gauge().get_value()).sum::<f64>();
     Sample {
         cpu: std::array::from_fn(|i| pids[i].as_deref().map_or(Duration::ZERO, machine::cpu_time)),
+        broker_jit: pids[1].as_deref().map_or(Duration::ZERO, jit_time),
         machine_busy: machine::busy_time(),
         ack_sum: ack.get_sample_sum(),
         ack_count: ack.get_sample_count(),
@@ -137,6 +163,7 @@ fn second(i: usize, samples: &[Sample], completed: &[CompletedSecond], late_ms: 
         let busy = b.machine_busy.saturating_sub(a.machine_busy).as_secs_f64();
         let [process, broker, redis, feeder] = cores;
         s.cores = Cores { process, broker, redis, feeder, other: (busy - cores.iter().sum::<f64>()).max(0.0) };
+        s.broker_jit_cores = b.broker_jit.saturating_sub(a.broker_jit).as_secs_f64();
         let count = b.ack_count.saturating_sub(a.ack_count);
         s.ack_ms = (count > 0).then(|| (b.ack_sum - a.ack_sum) * 1e3 / count as f64);
         s.paused = b.paused;
@@ -170,6 +197,50 @@ fn parse_gc_line(line: &str) -> Option<(f64, f64)> {
     Some((unix_ms(stamp)?, pause))
 }
 
+/// CPU of a JVM's JIT compiler threads (`C1 CompilerThread0`, `C2 CompilerThread1`, …).
+fn jit_time(pid: &str) -> Duration {
+    machine::thread_cpu(pid).iter().filter(|(name, _)| name.contains("CompilerThre")).map(|(_, t)| *t).sum()
+}
+
+/// What the broker's log says happened to its logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LogEvent {
+    Roll,
+    Removed,
+}
+
+/// The broker's segment rolls and log removals written to its log after byte
+/// `from`, as (seconds after `start`, event).
+fn log_events(path: &Path, from: u64, start: SystemTime) -> Vec<(f64, LogEvent)> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut text = String::new();
+    let read = std::fs::File::open(path).and_then(|mut f| {
+        f.seek(SeekFrom::Start(from))?;
+        f.read_to_string(&mut text)
+    });
+    if read.is_err() {
+        return Vec::new();
+    }
+    let start_ms = start.duration_since(SystemTime::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() * 1e3);
+    text.lines().filter_map(parse_log_event).map(|(at_ms, e)| ((at_ms - start_ms) / 1e3, e)).collect()
+}
+
+/// `[2026-12-07 13:11:13,648] INFO [LocalLog partition=…] Rolled new log segment at offset 118753 in 6 ms. (…)`
+/// → (Unix ms, Roll); `… INFO Deleted log for partition …` → Removed. The stack's
+/// log4j2 pattern writes UTC (`deploy/local/kafka/log4j2.xml`).
+fn parse_log_event(line: &str) -> Option<(f64, LogEvent)> {
+    let event = if line.contains("] Rolled new log segment at offset ") {
+        LogEvent::Roll
+    } else if line.contains(" INFO Deleted log for partition ") {
+        LogEvent::Removed
+    } else {
+        return None;
+    };
+    let stamp = line.strip_prefix('[')?.split(']').next()?;
+    let (date, time) = stamp.split_once(' ')?;
+    Some((sluice_service::utc::rfc3339_ms(&format!("{date}T{}Z", time.replace(',', ".")))? as f64, event))
+}
+
 /// `2026-12-07T03:01:02.123+0000` → Unix ms (UTC offsets only, as `utctime` writes).
 fn unix_ms(stamp: &str) -> Option<f64> {
     Some(sluice_service::utc::rfc3339_ms(&format!("{}Z", stamp.strip_suffix("+0000")?))? as f64)
@@ -194,6 +265,10 @@ impl Thresholds {
     /// The machine counts as saturated at 90% of its cores busy: every
     /// other disturbance then queues.
     const SATURATED: f64 = 0.9;
+    /// The broker's JIT counts from a quarter of a core: on a warm broker
+    /// its compilers run under 0.1 (on 2 cores a compiling broker's first
+    /// seconds at a new rate ran them at 0.4–0.8).
+    const JIT_CORES: f64 = 0.25;
 }
 
 /// The worst stall of `seconds` (the completion with the highest latency),
@@ -262,6 +337,35 @@ fn evidence(all: &[Second], window: &[&Second], stall_ms: f64, cores: f64) -> Ve
     if paused > 0.0 {
         found.push(format!("{paused:.0} partitions paused at second {at} (in-flight budget spent)"));
     }
+    found.extend(broker_events(window));
+    found
+}
+
+/// What the broker did to itself in the window: JIT compilation, segment
+/// rolls, logs removed from disk.
+fn broker_events(window: &[&Second]) -> Vec<String> {
+    let mut found = Vec::new();
+    let jit = window.iter().max_by(|a, b| a.broker_jit_cores.total_cmp(&b.broker_jit_cores));
+    if let Some(s) = jit.filter(|s| s.broker_jit_cores >= Thresholds::JIT_CORES) {
+        found.push(format!("the broker's JIT compilers ran {:.2} cores in second {}", s.broker_jit_cores, s.second));
+    }
+    let counted = |get: fn(&Second) -> u32| {
+        let seconds: Vec<usize> = window.iter().filter(|s| get(s) > 0).map(|s| s.second).collect();
+        let n: u32 = window.iter().map(|s| get(s)).sum();
+        (n, seconds.first().copied(), seconds.last().copied())
+    };
+    let span = |first: Option<usize>, last: Option<usize>| match (first, last) {
+        (Some(a), Some(b)) if a != b => format!("seconds {a}–{b}"),
+        (Some(a), _) => format!("second {a}"),
+        _ => String::new(),
+    };
+    if let (n @ 1.., first, last) = counted(|s| s.segment_rolls) {
+        found
+            .push(format!("the broker rolled {n} log segments in {} (each flushes the one before)", span(first, last)));
+    }
+    if let (n @ 1.., first, last) = counted(|s| s.logs_removed) {
+        found.push(format!("the broker removed {n} logs of deleted topics from disk in {}", span(first, last)));
+    }
     found
 }
 
@@ -271,7 +375,7 @@ fn figures(window: &[&Second]) -> String {
         .iter()
         .map(|s| {
             format!(
-                "s{} done {} cores p{:.2}/b{:.2}/r{:.2}/f{:.2}/o{:.2} ack {} gc {:.0}",
+                "s{} done {} cores p{:.2}/b{:.2}/r{:.2}/f{:.2}/o{:.2} ack {} gc {:.0} jit {:.2}",
                 s.second,
                 s.done,
                 s.cores.process,
@@ -280,7 +384,8 @@ fn figures(window: &[&Second]) -> String {
                 s.cores.feeder,
                 s.cores.other,
                 s.ack_ms.map_or("-".into(), |a| format!("{a:.1}")),
-                s.gc_ms
+                s.gc_ms,
+                s.broker_jit_cores
             )
         })
         .collect();
@@ -329,6 +434,42 @@ mod tests {
             "{stall:?}"
         );
         assert!(!stall.verdict.starts_with("unexplained"));
+    }
+
+    #[test]
+    fn reads_the_brokers_rolls_and_removals_from_its_log() {
+        let roll = "[2026-12-07 13:11:13,648] INFO [LocalLog partition=t-2, dir=/d/t-2] Rolled new log segment at offset 118753 in 6 ms. (org.apache.kafka.storage.internals.log.LocalLog)";
+        assert_eq!(parse_log_event(roll), Some((1_796_649_073_648.0, LogEvent::Roll)));
+        let removed = "[2026-12-07 13:11:29,426] INFO Deleted log for partition t.swaps-0 in /d/t.swaps-0.ef82-delete. (kafka.log.LogManager)";
+        assert_eq!(parse_log_event(removed), Some((1_796_649_089_426.0, LogEvent::Removed)));
+        let renamed = "[2026-12-07 13:10:29,412] INFO Log for partition t-1 is renamed to /d/t-1.8a20-delete and is scheduled for deletion (kafka.log.LogManager)";
+        assert_eq!(parse_log_event(renamed), None);
+    }
+
+    #[test]
+    fn the_brokers_jit_rolls_and_removals_name_a_stall() {
+        let mut seconds: Vec<Second> = (0..40).map(steady).collect();
+        seconds[26].max_ms = 70.0;
+        seconds[26].segment_rolls = 12;
+        seconds[25].broker_jit_cores = 0.77;
+        seconds[25].logs_removed = 3;
+        seconds[30].broker_jit_cores = 0.2;
+        let stall = worst_stall(&seconds, 2.0).expect("a stall");
+        assert_eq!(stall.window, (25, 26));
+        assert_eq!(
+            stall.evidence,
+            [
+                "the broker's JIT compilers ran 0.77 cores in second 25",
+                "the broker rolled 12 log segments in second 26 (each flushes the one before)",
+                "the broker removed 3 logs of deleted topics from disk in second 25",
+            ]
+        );
+        // Below the threshold the JIT is not evidence.
+        seconds[25] = steady(25);
+        seconds[26].segment_rolls = 0;
+        let stall = worst_stall(&seconds, 2.0).expect("a stall");
+        assert!(stall.verdict.starts_with("unexplained: s25 done 50000"), "{}", stall.verdict);
+        assert!(stall.verdict.ends_with("gc 0 jit 0.00"), "{}", stall.verdict);
     }
 
     #[test]
