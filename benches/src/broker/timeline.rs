@@ -360,11 +360,12 @@ fn broker_events(window: &[&Second]) -> Vec<String> {
         _ => String::new(),
     };
     if let (n @ 1.., first, last) = counted(|s| s.segment_rolls) {
-        found
-            .push(format!("the broker rolled {n} log segments in {} (each flushes the one before)", span(first, last)));
+        let what = if n == 1 { "log segment" } else { "log segments" };
+        found.push(format!("the broker rolled {n} {what} in {} (each flushes the one before)", span(first, last)));
     }
     if let (n @ 1.., first, last) = counted(|s| s.logs_removed) {
-        found.push(format!("the broker removed {n} logs of deleted topics from disk in {}", span(first, last)));
+        let what = if n == 1 { "log" } else { "logs" };
+        found.push(format!("the broker removed {n} {what} of deleted topics from disk in {}", span(first, last)));
     }
     found
 }
