@@ -189,8 +189,13 @@ fn commit_pending<H: Handler>(consumer: &BaseConsumer<Ctx<H>>, all: bool) {
         let mut intake = ctx.lock_intake();
         let current: Vec<(i32, i64)> = workers
             .iter()
-            .filter_map(|(p, h)| Some((*p, h.slot.position()?)))
-            .map(|(p, o)| (p, intake.past_markers(p, o, position_of(positions.as_ref(), &ctx.topic, p))))
+            .filter_map(|(p, h)| {
+                let position = position_of(positions.as_ref(), &ctx.topic, *p);
+                match h.slot.position() {
+                    Some(o) => Some((*p, intake.past_markers(*p, o, position))),
+                    None => Some((*p, intake.untouched_position(*p, position)?)),
+                }
+            })
             .collect();
         intake.commit_now(current, all)
     };

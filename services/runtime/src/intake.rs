@@ -43,6 +43,9 @@ struct Flow {
     /// poll round's batch): the consumer's position is past records no
     /// worker has, so it must not be committed (see [`Intake::past_markers`]).
     pending: bool,
+    /// Records of this partition were polled with no worker to take them:
+    /// the consumer's position is past records nobody handled.
+    dropped: bool,
 }
 
 /// The intake of every owned partition, and the positions last committed.
@@ -79,9 +82,12 @@ impl Intake {
     pub(crate) fn handed(&mut self, partition: i32, handed: Option<(u64, i64)>) {
         let f = self.flows.entry(partition).or_default();
         f.pending = false;
-        if let Some((n, end)) = handed {
-            f.handed += n;
-            f.handed_end = end;
+        match handed {
+            Some((n, end)) => {
+                f.handed += n;
+                f.handed_end = end;
+            }
+            None => f.dropped = true,
         }
     }
 
@@ -122,6 +128,19 @@ impl Intake {
             Some(f) if f.handed_end == offset && !f.pending => position.map_or(offset, |p| p.max(offset)),
             _ => offset,
         }
+    }
+
+    /// The consumer's `position` of a partition this epoch has handed no
+    /// record of (its worker has no position to commit), when every offset
+    /// the consumer stepped over since the epoch began was a transaction
+    /// marker or an aborted record: nothing handed, nothing polled on its
+    /// way, nothing polled without a worker. Without it a partition whose
+    /// last record before a rebalance was a marker keeps a lag of 1 under its
+    /// next owner for ever (a CI run: the ingest's last transaction, then a
+    /// scale-up that moved its partitions).
+    pub(crate) fn untouched_position(&self, partition: i32, position: Option<i64>) -> Option<i64> {
+        let f = self.flows.get(&partition)?;
+        (f.handed == 0 && !f.pending && !f.dropped).then_some(position?)
     }
 
     /// Exactly-once mode: where `partition`'s position may move past
@@ -242,6 +261,26 @@ mod tests {
         assert_eq!(intake.past_markers(0, 10, Some(12)), 12);
         assert_eq!(intake.past_markers(7, 10, Some(12)), 10, "not owned");
         assert_eq!(intake.marker_skip(0, Some(12)), Some((10, 12)));
+    }
+
+    #[test]
+    fn a_partition_handed_nothing_commits_the_position_past_its_markers() {
+        let mut intake = Intake::default();
+        assert_eq!(intake.untouched_position(0, Some(12)), None, "not owned");
+        intake.assigned(0);
+        assert_eq!(intake.untouched_position(0, None), None, "no position yet");
+        assert_eq!(intake.untouched_position(0, Some(12)), Some(12), "the epoch stepped over markers only");
+        intake.polled(0);
+        assert_eq!(intake.untouched_position(0, Some(14)), None, "records on their way");
+        intake.handed(0, Some((2, 14)));
+        assert_eq!(intake.untouched_position(0, Some(14)), None, "its worker's position counts now");
+        intake.assigned(1);
+        intake.polled(1);
+        intake.handed(1, None);
+        assert_eq!(intake.untouched_position(1, Some(5)), None, "records polled with no worker were not handled");
+        intake.forget(&[1]);
+        intake.assigned(1);
+        assert_eq!(intake.untouched_position(1, Some(5)), Some(5), "a new epoch starts afresh");
     }
 
     #[test]
