@@ -40,6 +40,19 @@ COST_HEAD = ["CPU-µs/record (process / broker / Redis)", "whole system", "switc
              "broker produce / fetch req/s", "records/produce req"]
 
 
+def drains_text(b):
+    """The processor's drains, when there were several: the median one is in the table."""
+    drains = b.get("processor_drains", [])
+    if len(drains) < 2:
+        return ""
+    def system(d):
+        c = d["cost"]["cpu_us_per_record"]
+        return c["process"] + c["broker"] + c["redis"]
+    each = ", ".join(f"{n0(d['records_per_sec'])} at {system(d):.2f}" for d in drains)
+    return (f" The processor drained the backlog {len(drains)} times; its row is the drain of the median "
+            f"whole-system cost (records/s at CPU-µs/record: {each}).")
+
+
 def threads_text(c, top=5):
     return ", ".join(f"{name} {us:.1f}" for name, us in c["threads_cpu_us_per_record"][:top])
 
@@ -73,7 +86,7 @@ def stress_broker(name, r):
            if r["figures"]["mode"] == "full" else "")
         + f"{b['saturated']['kafka']['records_per_produce_request']:.1f} records per produce request; its "
         f"threads, CPU-µs/record: {threads_text(b['processor_cost'])}. The ceiling runs on one thread (and "
-        f"librdkafka's) and sent {n0(b['ceiling']['batches'])} batches.",
+        f"librdkafka's) and sent {n0(b['ceiling']['batches'])} batches." + drains_text(b),
         "",
         table(
             ["rate search (5 s trials, feeder running)", "value"],

@@ -121,6 +121,11 @@ pub struct StressArgs {
     /// With --exactly-once-ms: drains of each kind, alternating.
     #[arg(long, default_value_t = 3)]
     pub exactly_once_drains: usize,
+    /// Kafka and full: the processor drains the backlog this many times,
+    /// and its drain figures (the denominator of every cost ratio) are the
+    /// drain of the median whole-system cost.
+    #[arg(long, default_value_t = 3)]
+    pub drains: usize,
     /// Kafka and full: extra librdkafka properties for the open loops'
     /// feeder, which stands in for the ingest (`k=v,k=v`).
     #[arg(long)]

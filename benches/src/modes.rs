@@ -76,6 +76,7 @@ pub fn stress(a: StressArgs) -> Result<Outcome> {
         ceiling_transactions: a.ceiling_transactions_ms.map(Duration::from_millis),
         exactly_once: a.exactly_once_ms.map(Duration::from_millis),
         exactly_once_drains: a.exactly_once_drains,
+        drains: a.drains.max(1),
         ceiling_threads: a.ceiling_threads,
         repeats: a.repeats.max(1),
         loads: a.loads,

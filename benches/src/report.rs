@@ -115,6 +115,18 @@ fn backlog_lines(b: &Backlog) {
         b.processor_records_per_sec, b.processor_over_ceiling, b.processor_over_bare
     );
     cost_line("", &b.processor_cost);
+    if b.processor_drains.len() > 1 {
+        let each: Vec<String> = b
+            .processor_drains
+            .iter()
+            .map(|d| format!("{:.0} at {:.2}", d.records_per_sec, d.cost.cpu_us_per_record.system()))
+            .collect();
+        println!(
+            "    the median of {} drains (records/s at whole-system CPU-µs/record): {}",
+            each.len(),
+            each.join(", ")
+        );
+    }
     if let Some(e) = &b.exactly_once {
         exactly_once_lines(e);
     }

@@ -78,6 +78,8 @@ pub struct Options {
     pub exactly_once: Option<Duration>,
     /// Drains of each kind in the exactly-once comparison.
     pub exactly_once_drains: usize,
+    /// The processor's drains of the backlog; the median one is reported.
+    pub drains: usize,
     /// Loops of the best ceiling, on one shared producer (0: not run).
     pub ceiling_threads: usize,
     /// Open loops at the headline rate, one after the other.
@@ -178,6 +180,7 @@ pub async fn run(options: &Options) -> Result<Figures> {
         feeder_properties: options.feeder_properties.clone(),
         exactly_once: options.exactly_once,
         exactly_once_drains: options.exactly_once_drains.max(1),
+        drains: options.drains.max(1),
     };
     let broker_uptime_seconds = stack.uptime("kafka");
     let warmed_up = options.warmup_seconds > 0.0;
@@ -283,6 +286,7 @@ struct Shape<'a> {
     feeder_properties: Option<String>,
     exactly_once: Option<Duration>,
     exactly_once_drains: usize,
+    drains: usize,
 }
 
 /// What names one open loop and sets it apart: its topics' and group's
