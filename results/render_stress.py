@@ -23,13 +23,18 @@ def stress_in_process(name, r):
     )
 
 
+def system_us(cpu):
+    """Whole-system CPU-µs per record: processor + broker + Redis (the feeder left out)."""
+    return cpu["process"] + cpu["broker"] + cpu["redis"]
+
+
 def cost_cells(c):
     """CPU-µs per record of the process / broker / Redis, context switches per record
     of the process, the broker's produce and fetch requests/s and records per produce request."""
     cpu, cs, b = c["cpu_us_per_record"], c["context_switches_per_record"], c["broker"]
     return [
         f"{cpu['process']:.1f} / {cpu['broker']:.1f} / {cpu['redis']:.1f}",
-        f"{cpu['process'] + cpu['broker'] + cpu['redis']:.1f}",
+        f"{system_us(cpu):.1f}",
         f"{cs['process']:.2f}",
         f"{n0(b['produce_per_sec'])} / {n0(b['fetch_per_sec'])}",
         f"{b['records_per_produce_request']:.1f}" if b["produce_requests"] else "—",
@@ -45,10 +50,7 @@ def drains_text(b):
     drains = b.get("processor_drains", [])
     if len(drains) < 2:
         return ""
-    def system(d):
-        c = d["cost"]["cpu_us_per_record"]
-        return c["process"] + c["broker"] + c["redis"]
-    each = ", ".join(f"{n0(d['records_per_sec'])} at {system(d):.2f}" for d in drains)
+    each = ", ".join(f"{n0(d['records_per_sec'])} at {system_us(d['cost']['cpu_us_per_record']):.2f}" for d in drains)
     return (f" The processor drained the backlog {len(drains)} times; its row is the drain of the median "
             f"whole-system cost (records/s at CPU-µs/record: {each}).")
 
