@@ -222,6 +222,8 @@ fn commit_pending<H: Handler>(consumer: &BaseConsumer<Ctx<H>>, all: bool) {
 /// offsets): positions moved past transaction markers where a worker is
 /// through everything handed out (see [`Intake::past_markers`]); the
 /// transaction applies a move only if the partition released nothing since.
+/// A partition handed nothing this epoch commits the consumer's position
+/// (see [`Intake::untouched_position`]), as the periodic commit does.
 fn transaction_tick<H: Handler>(consumer: &BaseConsumer<Ctx<H>>, txn: &Transactions) {
     let ctx = consumer.context();
     let positions = consumer.position().ok();
@@ -231,6 +233,8 @@ fn transaction_tick<H: Handler>(consumer: &BaseConsumer<Ctx<H>>, txn: &Transacti
         let position = position_of(positions.as_ref(), &ctx.topic, *p);
         if let Some((from, to)) = intake.marker_skip(*p, position) {
             txn.skip_markers(*p, handle.owner.epoch, from, to);
+        } else if let Some(to) = intake.untouched_position(*p, position) {
+            txn.skip_untouched(&handle.owner, to);
         }
     }
 }

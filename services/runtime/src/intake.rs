@@ -48,6 +48,16 @@ struct Flow {
     dropped: bool,
 }
 
+impl Flow {
+    /// Everything of the partition polled in this epoch went to its worker:
+    /// nothing is on its way (this round's batch) and nothing was polled
+    /// with no worker to take it. Only then may a position the consumer
+    /// reached be committed for offsets the worker was not handed.
+    fn all_handed(&self) -> bool {
+        !self.pending && !self.dropped
+    }
+}
+
 /// The intake of every owned partition, and the positions last committed.
 #[derive(Debug, Default)]
 pub(crate) struct Intake {
@@ -125,7 +135,7 @@ impl Intake {
     pub(crate) fn past_markers(&self, partition: i32, offset: i64, position: Option<i64>) -> i64 {
         // Records polled and not handed out lie between: not markers.
         match self.flows.get(&partition) {
-            Some(f) if f.handed_end == offset && !f.pending => position.map_or(offset, |p| p.max(offset)),
+            Some(f) if f.handed_end == offset && f.all_handed() => position.map_or(offset, |p| p.max(offset)),
             _ => offset,
         }
     }
@@ -140,14 +150,16 @@ impl Intake {
     /// scale-up that moved its partitions).
     pub(crate) fn untouched_position(&self, partition: i32, position: Option<i64>) -> Option<i64> {
         let f = self.flows.get(&partition)?;
-        (f.handed == 0 && !f.pending && !f.dropped).then_some(position?)
+        (f.handed == 0 && f.all_handed()).then_some(position?)
     }
 
     /// Exactly-once mode: where `partition`'s position may move past
     /// markers, from the end of what was handed out (`(from, to)`); the
     /// transaction applies it only if the partition released nothing since.
+    /// `None` for a partition this epoch handed nothing of (see
+    /// [`Intake::untouched_position`]).
     pub(crate) fn marker_skip(&self, partition: i32, position: Option<i64>) -> Option<(i64, i64)> {
-        let f = self.flows.get(&partition)?;
+        let f = self.flows.get(&partition).filter(|f| f.handed > 0)?;
         Some((f.handed_end, self.past_markers(partition, f.handed_end, position)))
     }
 
@@ -257,10 +269,23 @@ mod tests {
         assert_eq!(intake.past_markers(0, 10, Some(9)), 10, "never backwards");
         intake.polled(0);
         assert_eq!(intake.past_markers(0, 10, Some(12)), 10, "10 and 11 are records on their way");
-        intake.handed(0, None);
-        assert_eq!(intake.past_markers(0, 10, Some(12)), 12);
+        intake.handed(0, Some((2, 12)));
+        assert_eq!(intake.past_markers(0, 12, Some(14)), 14, "handed out: 12 and 13 are markers again");
         assert_eq!(intake.past_markers(7, 10, Some(12)), 10, "not owned");
-        assert_eq!(intake.marker_skip(0, Some(12)), Some((10, 12)));
+        assert_eq!(intake.marker_skip(0, Some(14)), Some((12, 14)));
+    }
+
+    #[test]
+    fn records_polled_with_no_worker_to_take_them_hold_the_position_back() {
+        let mut intake = Intake::default();
+        intake.assigned(0);
+        intake.handed(0, Some((10, 10)));
+        intake.polled(0);
+        intake.handed(0, None);
+        assert_eq!(intake.past_markers(0, 10, Some(12)), 10, "10 and 11 went to no worker: never handled");
+        assert_eq!(intake.marker_skip(0, Some(12)), Some((10, 10)));
+        intake.assigned(1);
+        assert_eq!(intake.marker_skip(1, Some(5)), None, "handed nothing: the untouched position's case");
     }
 
     #[test]

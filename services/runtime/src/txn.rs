@@ -215,6 +215,12 @@ impl Transactions {
         self.lock().poisoned = true;
     }
 
+    /// Commits `to` for a partition `owner`'s epoch has handed nothing of
+    /// (the consumer stepped over transaction markers only), once per move.
+    pub(crate) fn skip_untouched(&self, owner: &EpochRef, to: i64) {
+        self.lock().skip_untouched(owner, to);
+    }
+
     /// Moves a partition's position from `from` to `to` when nothing was
     /// released since: the offsets between hold only transaction markers.
     pub(crate) fn skip_markers(&self, partition: i32, epoch: u64, from: i64, to: i64) {

@@ -3,9 +3,12 @@
 //! record, and its committed offset must still move past the marker, or the
 //! group's lag stays at 1 for that partition for ever. Seen in a CI run: the
 //! ingest's last transaction committed, then a scale-up moved its partitions
-//! to members that had handled none of it.
+//! to members that had handled none of it. Both commit paths: the periodic
+//! commit (at-least-once) and the transactions (exactly-once).
 
 #![allow(clippy::unwrap_used)]
+
+mod common;
 
 use std::time::{Duration, Instant};
 
@@ -14,8 +17,7 @@ use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedPr
 use rdkafka::{Offset, TopicPartitionList};
 use sluice_kafka::topics::TopicSpec;
 use sluice_kafka::{KafkaConfig, ensure_topics};
-use sluice_runtime::{HandleError, Handled, Handler, Identity, Record, Runtime, RuntimeConfig, WorkloadDefaults};
-use sluice_service::env::EnvReader;
+use sluice_runtime::{HandleError, Handled, Handler, Identity, Record, Runtime};
 
 const IDENTITY: Identity = Identity { service: "markers", metric_prefix: "sluice_markers", workload: "markers" };
 
@@ -60,8 +62,19 @@ fn committed(kafka: &KafkaConfig, topic: &str, group: &str) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partition_left_with_only_a_marker_commits_past_it_under_its_next_owner() {
+    marker_left_behind("markers", &[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_a_partition_left_with_only_a_marker_commits_past_it_under_its_next_owner() {
+    marker_left_behind("markers-eos", &[("EXACTLY_ONCE", "true"), ("TRANSACTION_INTERVAL_MS", "100")]).await;
+}
+
+/// The group's offset committed at a marker (the log's last offset); a
+/// runtime with `settings` joins and must move it to the log end.
+async fn marker_left_behind(name: &str, settings: &[(&str, &str)]) {
     let kafka = sluice_testkit::kafka();
-    let name = sluice_testkit::unique("markers");
+    let name = sluice_testkit::unique(name);
     let (input, dlq, group) = (format!("{name}.in"), format!("{name}.dlq"), format!("{name}.group"));
     let specs = [TopicSpec::new(&input, 1), TopicSpec::new(&dlq, 1)];
     ensure_topics(&kafka, &specs, Duration::from_secs(60)).await.unwrap();
@@ -75,18 +88,7 @@ async fn a_partition_left_with_only_a_marker_commits_past_it_under_its_next_owne
     });
     assert_eq!(tokio::task::block_in_place(|| committed(&kafka, &input, &group)), 3);
 
-    let vars = [
-        ("KAFKA_BROKERS", kafka.brokers.clone()),
-        ("GROUP_ID", group.clone()),
-        ("INPUT_TOPIC", input.clone()),
-        ("DLQ_TOPIC", dlq.clone()),
-        ("ADMIN_LISTEN", "127.0.0.1:0".to_string()),
-        ("COMMIT_INTERVAL_MS", "200".to_string()),
-    ];
-    let mut env = EnvReader::from_vars("T_", vars.iter().map(|(k, v)| (format!("T_{k}"), v.clone())));
-    let defaults = WorkloadDefaults { group_id: "markers", input_topic: "markers", dlq_topic: "markers.dlq" };
-    let config = RuntimeConfig::read(&mut env, &defaults).unwrap();
-    env.finish().unwrap();
+    let config = common::runtime_config(&kafka, &group, &input, &dlq, settings);
     let handler = Count::default();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(Runtime::new(config, IDENTITY).unwrap().run(

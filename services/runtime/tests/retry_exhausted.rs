@@ -14,6 +14,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::collections::HashSet;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
@@ -25,10 +27,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use sluice_kafka::topics::TopicSpec;
 use sluice_kafka::whole::read_whole;
 use sluice_kafka::{KafkaConfig, ensure_topics};
-use sluice_runtime::{
-    Exhausted, HandleError, Handled, Handler, Identity, Publish, Record, Runtime, RuntimeConfig, WorkloadDefaults,
-};
-use sluice_service::env::EnvReader;
+use sluice_runtime::{Exhausted, HandleError, Handled, Handler, Identity, Publish, Record, Runtime};
 use sluice_service::process::http_get;
 
 const IDENTITY: Identity =
@@ -104,21 +103,8 @@ impl Case {
 
     /// The runtime running `handler` until the sender is used; its admin port.
     async fn run(&self, handler: &Arc<Flaky>) -> Running {
-        let vars = [
-            ("KAFKA_BROKERS", self.kafka.brokers.clone()),
-            ("GROUP_ID", self.group.clone()),
-            ("INPUT_TOPIC", self.input.clone()),
-            ("DLQ_TOPIC", self.dlq.clone()),
-            ("ADMIN_LISTEN", "127.0.0.1:0".to_string()),
-            ("COMMIT_INTERVAL_MS", "200".to_string()),
-            ("RETRY_INITIAL_MS", "20".to_string()),
-            ("RETRY_MAX_MS", "100".to_string()),
-            ("RETRY_ATTEMPTS_BEFORE_STALL", "3".to_string()),
-        ];
-        let mut env = EnvReader::from_vars("T_", vars.iter().map(|(k, v)| (format!("T_{k}"), v.clone())));
-        let defaults = WorkloadDefaults { group_id: "retry", input_topic: "retry", dlq_topic: "retry.dlq" };
-        let config = RuntimeConfig::read(&mut env, &defaults).unwrap();
-        env.finish().unwrap();
+        let retry = [("RETRY_INITIAL_MS", "20"), ("RETRY_MAX_MS", "100"), ("RETRY_ATTEMPTS_BEFORE_STALL", "3")];
+        let config = common::runtime_config(&self.kafka, &self.group, &self.input, &self.dlq, &retry);
         let runtime = Runtime::new(config, IDENTITY).unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (started, admin) = tokio::sync::oneshot::channel();

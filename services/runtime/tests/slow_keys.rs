@@ -8,6 +8,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,8 +19,7 @@ use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedPr
 use rdkafka::{Offset, TopicPartitionList};
 use sluice_kafka::topics::TopicSpec;
 use sluice_kafka::{KafkaConfig, ensure_topics};
-use sluice_runtime::{HandleError, Handled, Handler, Identity, Record, Runtime, RuntimeConfig, WorkloadDefaults};
-use sluice_service::env::EnvReader;
+use sluice_runtime::{HandleError, Handled, Handler, Identity, Record, Runtime};
 
 /// Its own names: the runtime takes its series' prefix from the workload.
 const IDENTITY: Identity = Identity { service: "slow_keys", metric_prefix: "sluice_slow_keys", workload: "slow_keys" };
@@ -86,18 +87,7 @@ async fn one_percent_of_keys_100x_slower_hold_back_nothing_else() {
     producer.flush(Duration::from_secs(30)).unwrap();
     let total = (KEYS * RECORDS_PER_KEY) as i64;
 
-    let vars = [
-        ("KAFKA_BROKERS", kafka.brokers.clone()),
-        ("GROUP_ID", group.clone()),
-        ("INPUT_TOPIC", topic.clone()),
-        ("DLQ_TOPIC", format!("{topic}.dlq")),
-        ("ADMIN_LISTEN", "127.0.0.1:0".to_string()),
-        ("COMMIT_INTERVAL_MS", "200".to_string()),
-    ];
-    let mut env = EnvReader::from_vars("T_", vars.iter().map(|(k, v)| (format!("T_{k}"), v.clone())));
-    let defaults = WorkloadDefaults { group_id: "slow-keys", input_topic: "slow-keys", dlq_topic: "slow-keys.dlq" };
-    let config = RuntimeConfig::read(&mut env, &defaults).unwrap();
-    env.finish().unwrap();
+    let config = common::runtime_config(&kafka, &group, &topic, &format!("{topic}.dlq"), &[]);
     // 1% of the keys: keys 0 and 100 (both in partition 0).
     let slow: HashSet<Vec<u8>> = [key(0), key(100)].into_iter().collect();
     let handler = Arc::new(Paced { slow: slow.clone(), started: Instant::now(), done: Mutex::new(HashMap::new()) });

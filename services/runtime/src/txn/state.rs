@@ -91,6 +91,27 @@ impl State {
         }
     }
 
+    /// A partition `owner`'s epoch has handed nothing of, whose consumer
+    /// stepped over markers only, to `to`: into the open transaction the
+    /// first time and whenever `to` moves (never backwards), so an idle
+    /// partition costs a transaction per epoch, not one per tick.
+    pub(super) fn skip_untouched(&mut self, owner: &EpochRef, to: i64) {
+        let moved = match self.latest.get_mut(&owner.partition) {
+            Some((by, at)) if by.epoch == owner.epoch => {
+                let moved = to > *at;
+                *at = (*at).max(to);
+                moved
+            }
+            _ => {
+                self.latest.insert(owner.partition, (owner.clone(), to));
+                true
+            }
+        };
+        if moved {
+            self.dirty.insert(owner.partition, (owner.epoch, to));
+        }
+    }
+
     /// Moves a partition's position from `from` to `to` when nothing was
     /// released since: the offsets between hold only transaction markers.
     pub(super) fn skip_markers(&mut self, partition: i32, epoch: u64, from: i64, to: i64) {

@@ -96,6 +96,24 @@ fn markers_are_skipped_only_when_nothing_was_released_since() {
 }
 
 #[test]
+fn a_partition_handed_nothing_commits_its_position_once_per_move() {
+    let mut state = State::opened();
+    let (old, new) = (epoch(0, 1), epoch(0, 2));
+    state.released(&old, Vec::new(), Some(3), false);
+    state.close();
+    state.skip_untouched(&new, 4);
+    assert_eq!(state.dirty(), &HashMap::from([(0, (2, 4))]), "the new epoch owns it from its first position");
+    assert!(state.owns(0, 2));
+    state.close();
+    state.skip_untouched(&new, 4);
+    assert!(state.dirty().is_empty(), "not moved: no transaction for it");
+    state.skip_untouched(&new, 3);
+    assert!(state.dirty().is_empty(), "never backwards");
+    state.skip_untouched(&new, 6);
+    assert_eq!(state.dirty(), &HashMap::from([(0, (2, 6))]));
+}
+
+#[test]
 fn a_commit_shows_the_positions_of_partitions_still_owned_and_not_ending() {
     let mut state = State::opened();
     let (a, b, c) = (epoch(0, 1), epoch(1, 2), epoch(2, 3));
@@ -145,6 +163,11 @@ enum Op {
         partition: i32,
         by: u8,
     },
+    /// The partition's epoch, if it released nothing, steps over `by` markers.
+    Untouched {
+        partition: i32,
+        by: u8,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -155,6 +178,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (prop::bool::weighted(0.3), prop::option::weighted(0.2, 0i32..3))
             .prop_map(|(abort, ending)| Op::End { abort, ending }),
         1 => (0i32..3, 1u8..3).prop_map(|(partition, by)| Op::Skip { partition, by }),
+        1 => (0i32..3, 0u8..3).prop_map(|(partition, by)| Op::Untouched { partition, by }),
     ]
 }
 
@@ -164,6 +188,8 @@ fn op() -> impl Strategy<Value = Op> {
 struct Model {
     state: State,
     epochs: HashMap<i32, (EpochRef, i64)>,
+    /// Epochs that released a record.
+    touched: std::collections::HashSet<u64>,
     next_epoch: u64,
     committed: HashMap<(i32, u64), i64>,
 }
@@ -178,6 +204,7 @@ impl Model {
                     (epoch(partition, *next), 0)
                 });
                 if e.alive.load(Ordering::Acquire) {
+                    self.touched.insert(e.epoch);
                     let outputs = (*at..*at + i64::from(n)).map(output).collect();
                     *at += i64::from(n);
                     self.state.released(e, outputs, Some(*at), false);
@@ -198,6 +225,17 @@ impl Model {
                 if let Some((e, at)) = self.epochs.get_mut(&partition) {
                     self.state.skip_markers(partition, e.epoch, *at, *at + i64::from(by));
                     *at += i64::from(by);
+                }
+            }
+            Op::Untouched { partition, by } => {
+                let next = &mut self.next_epoch;
+                let (e, at) = self.epochs.entry(partition).or_insert_with(|| {
+                    *next += 1;
+                    (epoch(partition, *next), 0)
+                });
+                if e.alive.load(Ordering::Acquire) && !self.touched.contains(&e.epoch) {
+                    *at += i64::from(by);
+                    self.state.skip_untouched(e, *at);
                 }
             }
             Op::End { abort, ending } => self.end(abort, ending.into_iter().collect())?,
