@@ -45,6 +45,13 @@ COST_HEAD = ["CPU-µs/record (process / broker / Redis)", "whole system", "switc
              "broker produce / fetch req/s", "records/produce req"]
 
 
+def trial_text(t):
+    """One trial of the rate search; `end_ms` (the verdict's figure since
+    2026-12-07) is missing from older runs, judged by p99."""
+    end = f", {t['end_ms']:.0f} ms at the end" if "end_ms" in t else ""
+    return f"{t['rate']:,.0f} {'✓' if t['sustained'] else '✗'} (p99 {t['p99_ms']:.0f} ms{end})"
+
+
 def drains_text(b):
     """The processor's drains, when there were several: the median one is in the table."""
     drains = b.get("processor_drains", [])
@@ -93,8 +100,7 @@ def stress_broker(name, r):
         table(
             ["rate search (5 s trials, feeder running)", "value"],
             [
-                ["trials", ", ".join(f"{t['rate']:,.0f} {'✓' if t['sustained'] else '✗'} (p99 {t['p99_ms']:.0f} ms)"
-                                     for t in f.get("ramp", [])) or "— (rate given)"],
+                ["trials", ", ".join(trial_text(t) for t in f.get("ramp", [])) or "— (rate given)"],
                 ["max sustained rate", n0(f["max_sustained_rate"]) + " records/s" if f.get("max_sustained_rate")
                  else "—"],
             ],

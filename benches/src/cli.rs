@@ -26,7 +26,7 @@ pub enum Mode {
     /// The stress harness: the real DEX handling path, in-process (in-memory
     /// outputs), or consuming from the local broker (`kafka`: swaps to Kafka,
     /// state in memory; `full`: Redis and Kafka, the production outputs).
-    Stress(StressArgs),
+    Stress(Box<StressArgs>),
     /// Experiment 5: a backlog drained by 1, 2 and 4 processor instances
     /// (production handler on the local broker and Redis, plus simulated IO).
     Drain(DrainArgs),
@@ -130,6 +130,11 @@ pub struct StressArgs {
     /// feeder, which stands in for the ingest (`k=v,k=v`).
     #[arg(long)]
     pub feeder_properties: Option<String>,
+    /// Kafka and full: topic configs for every topic the run creates
+    /// (`k=v,k=v`, e.g. `segment.bytes=1073741824`); the stack's broker
+    /// defaults otherwise.
+    #[arg(long)]
+    pub topic_config: Option<String>,
     /// Kafka and full: also drain the backlog with the best loop on the same
     /// client, this many consume-produce loops on one shared producer (0: not run).
     #[arg(long, default_value_t = 2)]

@@ -35,6 +35,8 @@ pub struct Stack {
     /// Extra librdkafka properties for the processor (`k=v,k=v`), e.g. to
     /// try another `linger.ms`.
     pub processor_properties: Option<String>,
+    /// Topic configs for every topic the run creates (`--topic-config`).
+    pub topic_config: Vec<(String, String)>,
     dir: Option<PathBuf>,
     run: String,
 }
@@ -54,6 +56,7 @@ impl Stack {
             kafka: KafkaConfig::new(get("SLUICE_KAFKA_BROKERS")?),
             redis_url: get("SLUICE_REDIS_URL")?,
             processor_properties: None,
+            topic_config: Vec::new(),
             dir: std::env::var_os("SLUICE_STACK_DIR").map(PathBuf::from),
             run: format!("bench-{}-{}", machine::utc_stamp().to_lowercase(), std::process::id()),
         })
@@ -111,7 +114,10 @@ impl Stack {
     }
 
     pub async fn create_topics(&self, topics: &[(&str, i32)]) -> Result<()> {
-        let specs: Vec<TopicSpec> = topics.iter().map(|(n, p)| TopicSpec::new(*n, *p)).collect();
+        let spec = |name: &str, partitions: i32| {
+            self.topic_config.iter().fold(TopicSpec::new(name, partitions), |s, (k, v)| s.with_config(k, v))
+        };
+        let specs: Vec<TopicSpec> = topics.iter().map(|(n, p)| spec(n, *p)).collect();
         ensure_topics(&self.kafka, &specs, Duration::from_secs(60)).await.context("creating topics")
     }
 

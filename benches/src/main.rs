@@ -47,7 +47,7 @@ fn main() -> Result<()> {
     let outcome = match cli.mode {
         Mode::Feed => return feeder::serve(),
         Mode::Chain(a) => modes::chain(a),
-        Mode::Stress(a) => modes::stress(a),
+        Mode::Stress(a) => modes::stress(*a),
         Mode::Contention(a) => modes::contention(a),
         Mode::Drain(a) => modes::drain(a),
         Mode::Ingest(a) => modes::ingest(a),

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde::Serialize;
 use serde_json::{Value, json};
 use sluice_chainsim::{Chain, ChainConfig};
@@ -72,6 +72,13 @@ pub fn stress(a: StressArgs) -> Result<Outcome> {
         partitions: a.partitions.max(1),
         kafka_properties: a.kafka_properties,
         feeder_properties: a.feeder_properties,
+        topic_config: a
+            .topic_config
+            .as_deref()
+            .map(parse_pairs)
+            .transpose()
+            .context("--topic-config")?
+            .unwrap_or_default(),
         profile: a.profile,
         ceiling_transactions: a.ceiling_transactions_ms.map(Duration::from_millis),
         exactly_once: a.exactly_once_ms.map(Duration::from_millis),
@@ -298,5 +305,34 @@ fn check_p99(p99_ns: u64, max_us: Option<u64>) -> Result<()> {
     match max_us {
         Some(max) if p99_ns > max * 1_000 => anyhow::bail!("p99 {p99_ns} ns above the smoke bound {max} µs"),
         _ => Ok(()),
+    }
+}
+
+/// `k=v,k=v` as pairs; an item without `=` is an error naming it.
+fn parse_pairs(text: &str) -> Result<Vec<(String, String)>> {
+    text.split(',')
+        .filter(|item| !item.trim().is_empty())
+        .map(|item| {
+            let (k, v) = item.split_once('=').with_context(|| format!("`{item}` is not k=v"))?;
+            Ok((k.trim().to_string(), v.trim().to_string()))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pairs_are_read_and_a_bad_one_is_named() {
+        let pairs = parse_pairs("segment.bytes=1073741824, file.delete.delay.ms=0").unwrap();
+        assert_eq!(
+            pairs,
+            vec![("segment.bytes".into(), "1073741824".into()), ("file.delete.delay.ms".into(), "0".into())]
+        );
+        assert!(parse_pairs("").unwrap().is_empty());
+        let e = parse_pairs("segment.bytes").unwrap_err().to_string();
+        assert!(e.contains("`segment.bytes` is not k=v"), "{e}");
     }
 }

@@ -68,6 +68,8 @@ pub struct Options {
     pub kafka_properties: Option<String>,
     /// Extra librdkafka properties for the open loops' feeder.
     pub feeder_properties: Option<String>,
+    /// Topic configs for every topic the run creates.
+    pub topic_config: Vec<(String, String)>,
     /// A perf profile of this process during the open loop, into this file.
     pub profile: Option<std::path::PathBuf>,
     /// Also drain the backlog with the fair ceiling in Kafka transactions
@@ -163,6 +165,7 @@ pub async fn prepare_input(stack: &Stack, mode: Mode, traffic: &Traffic, input: 
 pub async fn run(options: &Options) -> Result<Figures> {
     let mut stack = Stack::from_env()?;
     stack.processor_properties = options.kafka_properties.clone();
+    stack.topic_config = options.topic_config.clone();
     let jmx = Jmx::from_env()?;
     let (mode, partitions) = (options.mode, options.partitions);
     eprintln!("  generating {} transactions of chainsim traffic", options.transactions);

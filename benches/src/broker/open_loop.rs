@@ -16,7 +16,7 @@ use super::{Run, Shape, prepare_input, start_processor};
 use crate::cost::{Cost, Sample};
 use crate::feeder::{Fed, FeedSpec, Feeder};
 use crate::jmx::Jmx;
-use crate::live::{Probe, Progress, Schedule, Stack, await_assigned, await_done};
+use crate::live::{CompletedSecond, Probe, Progress, Schedule, Stack, await_assigned, await_done};
 use crate::machine;
 use crate::stats::Latency;
 
@@ -44,29 +44,59 @@ pub struct OpenLoop {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub timeline: Vec<Second>,
     pub worst_stall: Option<Stall>,
+    /// Completions and worst latency by second, kept for the rate search's
+    /// verdict (the measured loops' `timeline` carries them).
+    #[serde(skip)]
+    pub completed: Vec<CompletedSecond>,
     /// Exactly-once mode: transactions ended and how long ending one took.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub transactions: Option<TransactionFigures>,
 }
 
 /// One trial of the rate search.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Trial {
     pub rate: f64,
     pub sustained: bool,
+    /// Of the records due after the first second (reported; not the verdict).
     pub p99_ms: f64,
     /// From the feed's start to the last completion, over the feed's length.
     pub seconds: f64,
+    /// The worst latency of the records completed from the feed's last
+    /// second on: what the verdict reads.
+    pub end_ms: f64,
+    /// The worst latency of each second's completions (by completion
+    /// time), so a failed trial shows where it stalled.
+    pub max_ms_by_second: Vec<f64>,
 }
 
 /// Trials of [`TRIAL_SECONDS`], from 40% of the backlog rate: up by 15% a
 /// step after a sustained trial, down by 25% after a failed one until one
-/// is sustained; the search ends at a rate above a success that fails twice. A
-/// trial is sustained when every record is done within half a second of
-/// the feed's end, the feeder kept its schedule, and p99 is within
-/// [`SUSTAINED_P99`] (a rate that keeps up only by queueing is not).
+/// is sustained; the search ends at a rate above a success that fails twice.
+///
+/// A trial is sustained when the processor keeps up: every record done
+/// within half a second of the feed's end, the feeder on its schedule, and
+/// the records completed from the feed's last second on within
+/// [`CAUGHT_UP`] of their due time. A rate above what the processor
+/// sustains queues, and its queue is longest at the end; a stall it
+/// recovers from within the trial (the broker's JIT at a new rate, a GC, a
+/// segment roll) shows spare capacity, not a limit. Until 2026-12-07 the
+/// verdict was p99 ≤ 250 ms over the trial, which one 0.3 s stall fails:
+/// three runs of the same code found maxima of 70k, 85k and 178k records/s.
 const TRIAL_SECONDS: f64 = 5.0;
-const SUSTAINED_P99: Duration = Duration::from_millis(250);
+const CAUGHT_UP: Duration = Duration::from_millis(250);
+
+/// Whether a trial kept up (see [`TRIAL_SECONDS`]): `done` seconds from
+/// the feed's start to the last completion, `fed` seconds the feeder took.
+fn sustained(done: f64, fed: f64, end_ms: f64) -> bool {
+    done <= TRIAL_SECONDS + 0.5 && fed <= TRIAL_SECONDS * 1.02 && end_ms <= CAUGHT_UP.as_secs_f64() * 1e3
+}
+
+/// The worst latency of the seconds from the feed's last one on.
+fn end_ms(max_ms_by_second: &[f64]) -> f64 {
+    let last = (TRIAL_SECONDS.ceil() as usize).saturating_sub(1);
+    max_ms_by_second.iter().skip(last).fold(0.0, |m, &v| m.max(v))
+}
 
 pub(super) async fn ramp(stack: &Stack, shape: &Shape<'_>, backlog_rate: f64) -> Result<Vec<Trial>> {
     let mut trials: Vec<Trial> = Vec::new();
@@ -76,16 +106,16 @@ pub(super) async fn ramp(stack: &Stack, shape: &Shape<'_>, backlog_rate: f64) ->
         let o = open_loop(stack, None, shape, rate, TRIAL_SECONDS, Run { label: &label, profile: None, extra: &[] })
             .await?;
         let p99_ms = o.latency.p99_ns as f64 / 1e6;
-        let sustained = o.seconds <= TRIAL_SECONDS + 0.5
-            && o.fed.seconds <= TRIAL_SECONDS * 1.02
-            && o.latency.p99_ns <= SUSTAINED_P99.as_nanos() as u64;
-        trials.push(Trial { rate, sustained, p99_ms, seconds: o.seconds });
+        let max_ms_by_second: Vec<f64> = o.completed.iter().map(|s| (s.max_ms * 10.0).round() / 10.0).collect();
+        let end_ms = end_ms(&max_ms_by_second);
+        let sustained = sustained(o.seconds, o.fed.seconds, end_ms);
         eprintln!(
-            "  trial at {rate:.0} records/s: {} (p99 {p99_ms:.1} ms, done {:.2} s after a {:.2} s feed)",
+            "  trial at {rate:.0} records/s: {} (worst {end_ms:.1} ms at the end, p99 {p99_ms:.1} ms, done {:.2} s after a {:.2} s feed; worst by second {max_ms_by_second:?})",
             if sustained { "sustained" } else { "not sustained" },
             o.seconds,
             o.fed.seconds
         );
+        trials.push(Trial { rate, sustained, p99_ms, seconds: o.seconds, end_ms, max_ms_by_second });
         let any_sustained = trials.iter().any(|t| t.sustained);
         // One failed trial above a success is tried again before it ends the
         // search: a single stall (a GC, a neighbour) must not set the maximum.
@@ -154,14 +184,12 @@ pub(super) async fn open_loop(
     let elapsed = started.elapsed().as_secs_f64();
     let cost = before.cost(&Sample::end(stack, jmx, Some(feeder.pid()))?, total as u64);
     let fed = tokio::task::spawn_blocking(move || feeder.finish()).await??;
+    let completed = progress.timeline();
     let timeline = match sampler {
-        Some(sampler) => sampler.finish(&progress.timeline(), &fed.late_ms_by_second).await,
+        Some(sampler) => sampler.finish(&completed, &fed.late_ms_by_second).await,
         None => Vec::new(),
     };
-    if let Some(perf) = perf {
-        let status = tokio::task::spawn_blocking(move || perf.wait_with_output()).await??;
-        anyhow::ensure!(status.status.success(), "perf record failed: {}", String::from_utf8_lossy(&status.stderr));
-    }
+    finish_profile(perf).await?;
     // One more statistics interval, so the producer's counters are current.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let redis = redis_figures(&metrics, total as u64, Some(connections));
@@ -186,7 +214,16 @@ pub(super) async fn open_loop(
         transactions: transaction_figures(&metrics),
         worst_stall: timeline::worst_stall(&timeline, machine::cores()),
         timeline,
+        completed,
     })
+}
+
+/// Waits for `perf record` to end, if one runs; an error if it failed.
+async fn finish_profile(perf: Option<std::process::Child>) -> Result<()> {
+    let Some(perf) = perf else { return Ok(()) };
+    let status = tokio::task::spawn_blocking(move || perf.wait_with_output()).await??;
+    anyhow::ensure!(status.status.success(), "perf record failed: {}", String::from_utf8_lossy(&status.stderr));
+    Ok(())
 }
 
 /// Starts `perf record` on this process: after a second, for `seconds`,
@@ -204,4 +241,21 @@ fn record_profile(path: &std::path::Path, seconds: f64) -> Result<std::process::
         .stderr(std::process::Stdio::piped())
         .spawn()
         .context("starting perf record (is perf installed?)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trial_is_judged_by_how_it_ends_not_by_a_stall_it_recovered_from() {
+        let recovered = [40.0, 620.0, 90.0, 35.0, 30.0, 28.0];
+        assert_eq!(end_ms(&recovered), 30.0, "from the feed's last second on");
+        assert!(sustained(5.04, 5.0, end_ms(&recovered)), "a 0.6 s stall at second 1, caught up by the end");
+        let queueing = [40.0, 120.0, 210.0, 290.0, 380.0, 460.0];
+        assert!(!sustained(5.3, 5.0, end_ms(&queueing)), "the queue grows to the end");
+        assert!(!sustained(5.7, 5.0, 30.0), "done too late after the feed");
+        assert!(!sustained(5.1, 5.2, 30.0), "the feeder fell behind its schedule");
+        assert_eq!(end_ms(&[]), 0.0);
+    }
 }
