@@ -72,13 +72,7 @@ pub fn stress(a: StressArgs) -> Result<Outcome> {
         partitions: a.partitions.max(1),
         kafka_properties: a.kafka_properties,
         feeder_properties: a.feeder_properties,
-        topic_config: a
-            .topic_config
-            .as_deref()
-            .map(parse_pairs)
-            .transpose()
-            .context("--topic-config")?
-            .unwrap_or_default(),
+        topic_config: parse_pairs(&a.topic_config).context("--topic-config")?,
         profile: a.profile,
         ceiling_transactions: a.ceiling_transactions_ms.map(Duration::from_millis),
         exactly_once: a.exactly_once_ms.map(Duration::from_millis),

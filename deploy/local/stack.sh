@@ -155,6 +155,10 @@ log.retention.hours=24
 log.retention.bytes=1073741824
 log.segment.bytes=67108864
 log.retention.check.interval.ms=60000
+# A deleted topic's files go 1 s after the deletion, not 60 s (Kafka's default): the stress
+# harness deletes each phase's topics when it ends, and their removal a minute later fell
+# inside a later phase's measurement (27 logs in one second of a headline loop).
+log.segment.delete.delay.ms=1000
 EOF
 }
 
