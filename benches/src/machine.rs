@@ -90,6 +90,31 @@ pub fn busy_time() -> std::time::Duration {
     std::time::Duration::from_millis(ticks * 10)
 }
 
+/// CPU time the hypervisor gave other guests while this one's had work
+/// (`steal` in `/proc/stat`), over all cores.
+pub fn steal_time() -> std::time::Duration {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let steal: u64 = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("cpu "))
+        .and_then(|r| r.split_whitespace().nth(7)?.parse().ok())
+        .unwrap_or(0);
+    std::time::Duration::from_millis(steal * 10)
+}
+
+/// How long at least one task waited on `resource` (`io`, `cpu`, `memory`)
+/// in all (Linux pressure stall information, the `some` line's total); zero
+/// where the kernel has none.
+pub fn pressure(resource: &str) -> std::time::Duration {
+    let text = std::fs::read_to_string(format!("/proc/pressure/{resource}")).unwrap_or_default();
+    let micros = text
+        .lines()
+        .find(|l| l.starts_with("some "))
+        .and_then(|l| l.split_whitespace().find_map(|f| f.strip_prefix("total="))?.parse().ok())
+        .unwrap_or(0);
+    std::time::Duration::from_micros(micros)
+}
+
 /// Peak resident memory of this process, MiB.
 pub fn peak_rss_mib() -> f64 {
     proc_kib("/proc/self/status", "VmHWM:").unwrap_or(0) as f64 / 1024.0

@@ -3,7 +3,8 @@
 //! the feeder was behind its schedule, how long the processor's produce
 //! acknowledgements took, how many partitions were paused, and the broker's
 //! GC pauses (from its GC log), JIT compilation (its compiler threads) and
-//! log segments rolled or deleted (from its log). A stall is named by the
+//! log segments rolled or deleted (from its log), and the machine's steal
+//! time and waits on I/O (the kernel's pressure stall information). A stall is named by the
 //! evidence that stands out in its window against the run's own medians, or
 //! declared unexplained; the thresholds are [`Thresholds`].
 
@@ -42,9 +43,15 @@ pub struct Second {
     pub broker_jit_cores: f64,
     /// Log segments the broker rolled in this second (each roll flushes the
     /// segment before it), and logs it removed from disk (a deleted topic's
-    /// partitions go `log.segment.delete.delay.ms`, 60 s, after the delete).
+    /// partitions go `log.segment.delete.delay.ms` after the delete: 1 s on
+    /// the stack since 2026-12-07, Kafka's 60 s before).
     pub segment_rolls: u32,
     pub logs_removed: u32,
+    /// CPU the hypervisor took from this VM (steal), ms over all cores, and
+    /// how long some task waited on I/O (the kernel's pressure stall
+    /// information), ms.
+    pub steal_ms: f64,
+    pub io_wait_ms: f64,
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -87,6 +94,8 @@ struct Sample {
     cpu: [Duration; 4],
     broker_jit: Duration,
     machine_busy: Duration,
+    steal: Duration,
+    io_wait: Duration,
     ack_sum: f64,
     ack_count: u64,
     paused: i64,
@@ -146,6 +155,8 @@ fn sample(pids: &[Option<String>; 4], metrics: &RuntimeMetrics) -> Sample {
         cpu: std::array::from_fn(|i| pids[i].as_deref().map_or(Duration::ZERO, machine::cpu_time)),
         broker_jit: pids[1].as_deref().map_or(Duration::ZERO, jit_time),
         machine_busy: machine::busy_time(),
+        steal: machine::steal_time(),
+        io_wait: machine::pressure("io"),
         ack_sum: ack.get_sample_sum(),
         ack_count: ack.get_sample_count(),
         paused: paused as i64,
@@ -164,6 +175,8 @@ fn second(i: usize, samples: &[Sample], completed: &[CompletedSecond], late_ms: 
         let [process, broker, redis, feeder] = cores;
         s.cores = Cores { process, broker, redis, feeder, other: (busy - cores.iter().sum::<f64>()).max(0.0) };
         s.broker_jit_cores = b.broker_jit.saturating_sub(a.broker_jit).as_secs_f64();
+        s.steal_ms = b.steal.saturating_sub(a.steal).as_secs_f64() * 1e3;
+        s.io_wait_ms = b.io_wait.saturating_sub(a.io_wait).as_secs_f64() * 1e3;
         let count = b.ack_count.saturating_sub(a.ack_count);
         s.ack_ms = (count > 0).then(|| (b.ack_sum - a.ack_sum) * 1e3 / count as f64);
         s.paused = b.paused;
@@ -265,6 +278,11 @@ impl Thresholds {
     /// The machine counts as saturated at 90% of its cores busy: every
     /// other disturbance then queues.
     const SATURATED: f64 = 0.9;
+    /// Steal counts from 50 ms and 3× its median; waiting on I/O from 20 ms
+    /// and 3× its median.
+    const STEAL_MIN_MS: f64 = 50.0;
+    const IO_MIN_MS: f64 = 20.0;
+    const MACHINE: f64 = 3.0;
     /// The broker's JIT counts from a quarter of a core: on a warm broker
     /// its compilers run under 0.1 (on 2 cores a compiling broker's first
     /// seconds at a new rate ran them at 0.4–0.8).
@@ -333,6 +351,14 @@ fn evidence(all: &[Second], window: &[&Second], stall_ms: f64, cores: f64) -> Ve
             busy / cores * 100.0
         ));
     }
+    let (at, steal) = peak(&|s| s.steal_ms);
+    if steal >= Thresholds::STEAL_MIN_MS.max(Thresholds::MACHINE * median(&|s| s.steal_ms)) {
+        found.push(format!("the hypervisor took {steal:.0} ms of CPU from the VM (steal) in second {at}"));
+    }
+    let (at, io) = peak(&|s| s.io_wait_ms);
+    if io >= Thresholds::IO_MIN_MS.max(Thresholds::MACHINE * median(&|s| s.io_wait_ms)) {
+        found.push(format!("tasks waited {io:.0} ms on I/O in second {at} (pressure stall information)"));
+    }
     let (at, paused) = peak(&|s| s.paused as f64);
     if paused > 0.0 {
         found.push(format!("{paused:.0} partitions paused at second {at} (in-flight budget spent)"));
@@ -376,7 +402,7 @@ fn figures(window: &[&Second]) -> String {
         .iter()
         .map(|s| {
             format!(
-                "s{} done {} cores p{:.2}/b{:.2}/r{:.2}/f{:.2}/o{:.2} ack {} gc {:.0} jit {:.2}",
+                "s{} done {} cores p{:.2}/b{:.2}/r{:.2}/f{:.2}/o{:.2} ack {} gc {:.0} jit {:.2} steal {:.0} io {:.0}",
                 s.second,
                 s.done,
                 s.cores.process,
@@ -386,7 +412,9 @@ fn figures(window: &[&Second]) -> String {
                 s.cores.other,
                 s.ack_ms.map_or("-".into(), |a| format!("{a:.1}")),
                 s.gc_ms,
-                s.broker_jit_cores
+                s.broker_jit_cores,
+                s.steal_ms,
+                s.io_wait_ms
             )
         })
         .collect();
@@ -470,7 +498,28 @@ mod tests {
         seconds[26].segment_rolls = 0;
         let stall = worst_stall(&seconds, 2.0).expect("a stall");
         assert!(stall.verdict.starts_with("unexplained: s25 done 50000"), "{}", stall.verdict);
-        assert!(stall.verdict.ends_with("gc 0 jit 0.00"), "{}", stall.verdict);
+        assert!(stall.verdict.ends_with("gc 0 jit 0.00 steal 0 io 0"), "{}", stall.verdict);
+    }
+
+    #[test]
+    fn the_hypervisor_and_io_waits_name_a_stall_above_their_own_medians() {
+        let mut seconds: Vec<Second> =
+            (0..30).map(|i| Second { steal_ms: 10.0, io_wait_ms: 5.0, ..steady(i) }).collect();
+        seconds[15].max_ms = 120.0;
+        seconds[14].steal_ms = 140.0;
+        seconds[15].io_wait_ms = 60.0;
+        let stall = worst_stall(&seconds, 2.0).expect("a stall");
+        assert_eq!(
+            stall.evidence,
+            [
+                "the hypervisor took 140 ms of CPU from the VM (steal) in second 14",
+                "tasks waited 60 ms on I/O in second 15 (pressure stall information)",
+            ]
+        );
+        // Steady steal and I/O waits are the machine's, not the stall's.
+        seconds[14].steal_ms = 29.0;
+        seconds[15].io_wait_ms = 14.0;
+        assert!(worst_stall(&seconds, 2.0).expect("a stall").verdict.starts_with("unexplained"));
     }
 
     #[test]
