@@ -79,27 +79,26 @@ pub fn cores() -> f64 {
 /// CPU time the whole machine has spent busy (every core: user, nice,
 /// system, irq, softirq, steal), from /proc/stat.
 pub fn busy_time() -> std::time::Duration {
+    cpu_ticks(&[0, 1, 2, 5, 6, 7])
+}
+
+/// The `cpu` line of /proc/stat, the fields at `which` summed (user nice
+/// system idle iowait irq softirq steal …, in 10 ms ticks).
+fn cpu_ticks(which: &[usize]) -> std::time::Duration {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
     let fields: Vec<u64> = stat
         .lines()
         .find_map(|l| l.strip_prefix("cpu "))
         .map(|r| r.split_whitespace().filter_map(|f| f.parse().ok()).collect())
         .unwrap_or_default();
-    // user nice system idle iowait irq softirq steal
-    let ticks: u64 = [0, 1, 2, 5, 6, 7].iter().filter_map(|&i| fields.get(i)).sum();
+    let ticks: u64 = which.iter().filter_map(|&i| fields.get(i)).sum();
     std::time::Duration::from_millis(ticks * 10)
 }
 
 /// CPU time the hypervisor gave other guests while this one's had work
 /// (`steal` in `/proc/stat`), over all cores.
 pub fn steal_time() -> std::time::Duration {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let steal: u64 = stat
-        .lines()
-        .find_map(|l| l.strip_prefix("cpu "))
-        .and_then(|r| r.split_whitespace().nth(7)?.parse().ok())
-        .unwrap_or(0);
-    std::time::Duration::from_millis(steal * 10)
+    cpu_ticks(&[7])
 }
 
 /// How long at least one task waited on `resource` (`io`, `cpu`, `memory`)

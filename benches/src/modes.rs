@@ -302,14 +302,12 @@ fn check_p99(p99_ns: u64, max_us: Option<u64>) -> Result<()> {
     }
 }
 
-/// `k=v,k=v` as pairs; an item without `=` is an error naming it.
+/// `k=v,k=v` as pairs (`sluice_service::env::key_values`, what
+/// `KAFKA_PROPERTIES` is read with); an item that is not `k=v` is an error
+/// naming it.
 fn parse_pairs(text: &str) -> Result<Vec<(String, String)>> {
-    text.split(',')
-        .filter(|item| !item.trim().is_empty())
-        .map(|item| {
-            let (k, v) = item.split_once('=').with_context(|| format!("`{item}` is not k=v"))?;
-            Ok((k.trim().to_string(), v.trim().to_string()))
-        })
+    sluice_service::env::key_values(text)
+        .map(|pair| pair.map_err(|e| anyhow::anyhow!("`{}` is not k=v", e.0)))
         .collect()
 }
 

@@ -199,16 +199,10 @@ impl EnvReader {
     pub fn kafka_properties(&mut self) -> Vec<(String, String)> {
         let mut properties = Vec::new();
         if let (full, Some(raw)) = self.raw("KAFKA_PROPERTIES") {
-            for pair in raw.split(',').filter(|p| !p.trim().is_empty()) {
-                match pair.split_once('=') {
-                    Some((k, v)) if !k.trim().is_empty() => {
-                        properties.push((k.trim().to_string(), v.trim().to_string()))
-                    }
-                    // The key only: the value may be a secret.
-                    _ => self.problems.push(format!(
-                        "{full}: expected key=value, got {:?}",
-                        pair.split('=').next().unwrap_or("").trim()
-                    )),
+            for pair in key_values(&raw) {
+                match pair {
+                    Ok(kv) => properties.push(kv),
+                    Err(e) => self.problems.push(format!("{full}: {e}")),
                 }
             }
         }
@@ -288,6 +282,22 @@ fn is_service_link(name: &str, value: &str) -> bool {
 /// `<N>_<PROTO>`: a port number and a protocol, as in `9097_TCP`.
 fn is_port_and_protocol(text: &str) -> bool {
     text.split_once('_').is_some_and(|(n, p)| n.parse::<u16>().is_ok() && ["TCP", "UDP", "SCTP"].contains(&p))
+}
+
+/// An item of a `key=value` list that is not one; it holds the key alone
+/// (the value may be a secret).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("expected key=value, got {0:?}")]
+pub struct NotKeyValue(pub String);
+
+/// A `key=value,key=value` list, blank items skipped and both sides
+/// trimmed: each item as a pair, or [`NotKeyValue`] when it is not
+/// `key=value` with a key.
+pub fn key_values(raw: &str) -> impl Iterator<Item = Result<(String, String), NotKeyValue>> + '_ {
+    raw.split(',').filter(|p| !p.trim().is_empty()).map(|pair| match pair.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
+        _ => Err(NotKeyValue(pair.split('=').next().unwrap_or("").trim().to_string())),
+    })
 }
 
 #[cfg(test)]

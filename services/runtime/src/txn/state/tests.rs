@@ -198,11 +198,7 @@ impl Model {
     fn step(&mut self, op: Op) -> Result<(), TestCaseError> {
         match op {
             Op::Release { partition, n } => {
-                let next = &mut self.next_epoch;
-                let (e, at) = self.epochs.entry(partition).or_insert_with(|| {
-                    *next += 1;
-                    (epoch(partition, *next), 0)
-                });
+                let (e, at) = live_epoch(&mut self.epochs, &mut self.next_epoch, partition);
                 if e.alive.load(Ordering::Acquire) {
                     self.touched.insert(e.epoch);
                     let outputs = (*at..*at + i64::from(n)).map(output).collect();
@@ -228,11 +224,7 @@ impl Model {
                 }
             }
             Op::Untouched { partition, by } => {
-                let next = &mut self.next_epoch;
-                let (e, at) = self.epochs.entry(partition).or_insert_with(|| {
-                    *next += 1;
-                    (epoch(partition, *next), 0)
-                });
+                let (e, at) = live_epoch(&mut self.epochs, &mut self.next_epoch, partition);
                 if e.alive.load(Ordering::Acquire) && !self.touched.contains(&e.epoch) {
                     *at += i64::from(by);
                     self.state.skip_untouched(e, *at);
@@ -280,6 +272,19 @@ impl Model {
         }
         Ok(())
     }
+}
+
+/// The partition's current epoch and how far it got, a new one (numbered
+/// from `next`) if it has none.
+fn live_epoch<'a>(
+    epochs: &'a mut HashMap<i32, (EpochRef, i64)>,
+    next: &mut u64,
+    partition: i32,
+) -> &'a mut (EpochRef, i64) {
+    epochs.entry(partition).or_insert_with(|| {
+        *next += 1;
+        (epoch(partition, *next), 0)
+    })
 }
 
 proptest! {
