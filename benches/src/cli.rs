@@ -169,6 +169,15 @@ pub struct StressArgs {
     /// exceeds this multiple of the drain's, in the same run (CI smoke).
     #[arg(long)]
     pub max_cost_over_drain: Option<f64>,
+    /// Kafka and full: the length of each of the rate search's trials, s.
+    #[arg(long, default_value_t = 5.0)]
+    pub trial_seconds: f64,
+    /// Kafka and full, without --rate: fail unless the rate search finds a
+    /// limit (a rate not sustained above one sustained) and its max
+    /// sustained is at least this share of the drain's rate, same run (CI
+    /// smoke: catches a verdict that always passes or always fails).
+    #[arg(long)]
+    pub min_max_over_drain: Option<f64>,
 }
 
 #[derive(Args, Debug)]

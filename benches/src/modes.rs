@@ -63,6 +63,11 @@ pub fn stress(a: StressArgs) -> Result<Outcome> {
         "--loads: shares of the max sustained rate, in (0, 2]"
     );
     anyhow::ensure!(a.fixed_rates.iter().all(|r| *r >= 1.0), "--fixed-rates: records/s, at least 1");
+    anyhow::ensure!(a.trial_seconds >= 1.0, "--trial-seconds: at least 1");
+    anyhow::ensure!(
+        a.min_max_over_drain.is_none() || a.rate.is_none(),
+        "--min-max-over-drain bounds the rate search, which --rate skips"
+    );
     let mode = if a.mode == StressMode::Full { broker::Mode::Full } else { broker::Mode::Kafka };
     let options = broker::Options {
         mode,
@@ -84,11 +89,24 @@ pub fn stress(a: StressArgs) -> Result<Outcome> {
         fixed_rates: a.fixed_rates,
         load_seconds: a.load_seconds,
         warmup_seconds: a.warmup_seconds,
+        trial_seconds: a.trial_seconds,
     };
     let f = block_on(broker::run(&options))?;
     report::print(&f);
     check_p99(f.open_loop.latency.p99_ns, a.max_p99_us)?;
-    if let Some(min) = a.min_over_ceiling
+    check_broker(&f, a.min_over_ceiling, a.max_cost_over_drain, a.min_max_over_drain)?;
+    Outcome::new(if mode == broker::Mode::Full { "stress-full" } else { "stress-kafka" }, &options, f)
+}
+
+/// The Kafka and full modes' CI smoke bounds, each a ratio of two figures
+/// of the same run.
+fn check_broker(
+    f: &broker::Figures,
+    min_over_ceiling: Option<f64>,
+    max_cost_over_drain: Option<f64>,
+    min_max_over_drain: Option<f64>,
+) -> Result<()> {
+    if let Some(min) = min_over_ceiling
         && f.backlog.processor_over_ceiling < min
     {
         anyhow::bail!(
@@ -96,7 +114,7 @@ pub fn stress(a: StressArgs) -> Result<Outcome> {
             f.backlog.processor_over_ceiling
         );
     }
-    if let Some(max) = a.max_cost_over_drain
+    if let Some(max) = max_cost_over_drain
         && let Some(worst) = f.cost_by_load.iter().max_by(|a, b| a.over_drain.total_cmp(&b.over_drain))
         && worst.over_drain > max
     {
@@ -106,7 +124,29 @@ pub fn stress(a: StressArgs) -> Result<Outcome> {
             worst.over_drain
         );
     }
-    Outcome::new(if mode == broker::Mode::Full { "stress-full" } else { "stress-kafka" }, &options, f)
+    if let Some(min) = min_max_over_drain {
+        check_search(f, min)?;
+    }
+    Ok(())
+}
+
+/// The rate search found a limit: its last trial was not sustained, above
+/// one that was, and the max sustained is at least `min` of the drain's rate.
+fn check_search(f: &broker::Figures, min: f64) -> Result<()> {
+    let trials = f.ramp.len();
+    let Some(max) = f.max_sustained_rate else {
+        anyhow::bail!("the rate search sustained none of its {trials} trials");
+    };
+    anyhow::ensure!(
+        f.ramp.last().is_some_and(|t| !t.sustained),
+        "the rate search sustained every rate up to {max:.0} records/s in {trials} trials: it found no limit"
+    );
+    let share = max / f.backlog.processor_records_per_sec;
+    anyhow::ensure!(
+        share >= min,
+        "the rate search's max sustained, {max:.0} records/s, is {share:.2} x the drain's rate, below the smoke bound {min}"
+    );
+    Ok(())
 }
 
 #[allow(clippy::print_stdout)]

@@ -4,7 +4,7 @@
 //!    produced first, then drained by a bare rdkafka consume-and-commit loop
 //!    and by the processor, one after the other on the same broker and
 //!    topic, so "processor ÷ bare consumer" is a same-machine ratio.
-//! 2. **Rate search**: 5 s open-loop trials at rising rates until one is not
+//! 2. **Rate search**: open-loop trials (5 s) at rising rates until one is not
 //!    sustained; the highest sustained rate is the maximum with the feeder
 //!    sharing the machine (the backlog drain had it to itself).
 //! 3. **Open loop** (latency): a fresh topic fed at a fixed rate (by default
@@ -94,6 +94,8 @@ pub struct Options {
     /// An unmeasured open loop at [`WARMUP_RATE`] first, and another at the
     /// headline rate before the headline loops, s each (0: a cold run).
     pub warmup_seconds: f64,
+    /// The length of each of the rate search's trials, s.
+    pub trial_seconds: f64,
 }
 
 /// The warm-up's rate, records/s: what a just-started broker serves without
@@ -199,7 +201,7 @@ pub async fn run(options: &Options) -> Result<Figures> {
     // the open loops at 70% of that, then the rest of the load range.
     let ramp = match options.rate {
         Some(_) => Vec::new(),
-        None => ramp(&stack, &shape, backlog.processor_records_per_sec).await?,
+        None => ramp(&stack, &shape, backlog.processor_records_per_sec, options.trial_seconds).await?,
     };
     let max_sustained = ramp
         .iter()
