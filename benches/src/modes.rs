@@ -125,23 +125,23 @@ fn check_broker(
         );
     }
     if let Some(min) = min_max_over_drain {
-        check_search(f, min)?;
+        check_search(&f.ramp, f.max_sustained_rate, f.backlog.processor_records_per_sec, min)?;
     }
     Ok(())
 }
 
 /// The rate search found a limit: its last trial was not sustained, above
-/// one that was, and the max sustained is at least `min` of the drain's rate.
-fn check_search(f: &broker::Figures, min: f64) -> Result<()> {
-    let trials = f.ramp.len();
-    let Some(max) = f.max_sustained_rate else {
-        anyhow::bail!("the rate search sustained none of its {trials} trials");
+/// one that was, and the max sustained is at least `min` of `drain`'s rate.
+fn check_search(trials: &[broker::Trial], max: Option<f64>, drain: f64, min: f64) -> Result<()> {
+    let n = trials.len();
+    let Some(max) = max else {
+        anyhow::bail!("the rate search sustained none of its {n} trials");
     };
     anyhow::ensure!(
-        f.ramp.last().is_some_and(|t| !t.sustained),
-        "the rate search sustained every rate up to {max:.0} records/s in {trials} trials: it found no limit"
+        trials.last().is_some_and(|t| !t.sustained),
+        "the rate search sustained every rate up to {max:.0} records/s in {n} trials: it found no limit"
     );
-    let share = max / f.backlog.processor_records_per_sec;
+    let share = max / drain;
     anyhow::ensure!(
         share >= min,
         "the rate search's max sustained, {max:.0} records/s, is {share:.2} x the drain's rate, below the smoke bound {min}"
@@ -366,5 +366,23 @@ mod tests {
         assert!(parse_pairs("").unwrap().is_empty());
         let e = parse_pairs("segment.bytes").unwrap_err().to_string();
         assert!(e.contains("`segment.bytes` is not k=v"), "{e}");
+    }
+
+    fn trial(rate: f64, sustained: bool) -> broker::Trial {
+        broker::Trial { rate, sustained, p99_ms: 0.0, seconds: 0.0, end_ms: 0.0, max_ms_by_second: Vec::new() }
+    }
+
+    #[test]
+    fn the_search_smoke_wants_a_limit_found_at_a_share_of_the_drain() {
+        let found = [trial(40.0, true), trial(46.0, true), trial(53.0, false), trial(53.0, false)];
+        assert!(check_search(&found, Some(46.0), 100.0, 0.2).is_ok());
+        let e = check_search(&found, Some(46.0), 100.0, 0.5).unwrap_err().to_string();
+        assert!(e.contains("0.46 x the drain's rate"), "{e}");
+        let always = [trial(40.0, true), trial(46.0, true)];
+        let e = check_search(&always, Some(46.0), 100.0, 0.2).unwrap_err().to_string();
+        assert!(e.contains("found no limit"), "{e}");
+        let never = [trial(40.0, false), trial(30.0, false)];
+        let e = check_search(&never, None, 100.0, 0.2).unwrap_err().to_string();
+        assert!(e.contains("none of its 2 trials"), "{e}");
     }
 }
