@@ -159,7 +159,8 @@ def load_lines(f, config):
                stall_text(o.get("worst_stall"))] for i, o in enumerate(runs)]
     uptime = f.get("broker_uptime_seconds")
     warm = ("warmed up first" if f.get("warmed_up") else "**not warmed up (a cold run)**") + (
-        f"; the broker had run {uptime / 60:,.1f} min when the run began" if uptime is not None else "")
+        f"; the broker had run {uptime / 60:,.1f} min when the run began" if uptime is not None else "") + (
+        f", on a {f['broker_heap']} heap" if f.get("broker_heap") else "")
     return [
         table(head, rows),
         "",

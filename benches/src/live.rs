@@ -138,6 +138,12 @@ impl Stack {
         Some(uptime - started / 100.0) // USER_HZ is 100 on Linux
     }
 
+    /// The broker's maximum heap, its `-Xmx` (e.g. `1g`), from its command line.
+    pub fn broker_heap(&self) -> Option<String> {
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", self.pid("kafka")?)).ok()?;
+        jvm_max_heap(&cmdline)
+    }
+
     /// The stack's folder (`SLUICE_STACK_DIR`), when known.
     pub fn dir(&self) -> Option<&std::path::Path> {
         self.dir.as_deref()
@@ -595,4 +601,24 @@ pub fn bare_consume(config: &RuntimeConfig, expected: u64, timeout: Duration) ->
     commit(&positions, CommitMode::Sync)?;
     let seconds = first.map_or(0.0, |f| last.duration_since(f).as_secs_f64());
     Ok(Bare { records, bytes, seconds, records_per_sec: records as f64 / seconds.max(1e-9) })
+}
+
+/// The last `-Xmx` of a NUL-separated command line (the JVM takes the last).
+fn jvm_max_heap(cmdline: &[u8]) -> Option<String> {
+    cmdline
+        .split(|b| *b == 0)
+        .filter_map(|arg| arg.strip_prefix(b"-Xmx"))
+        .next_back()
+        .map(|size| String::from_utf8_lossy(size).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_broker_heap_is_the_last_xmx() {
+        assert_eq!(jvm_max_heap(b"java\0-Xmx512m\0-Xms512m\0-Xmx1g\0kafka.Kafka\0").as_deref(), Some("1g"));
+        assert_eq!(jvm_max_heap(b"java\0-Xms1g\0kafka.Kafka\0"), None);
+    }
 }

@@ -39,7 +39,8 @@ fn load_lines(f: &Figures) {
     let warm = if f.warmed_up { "warmed up" } else { "cold (no warm-up)" };
     let uptime =
         f.broker_uptime_seconds.map_or(String::new(), |s| format!(", broker up {:.1} min at the start", s / 60.0));
-    println!("  cost against load ({warm}{uptime}):");
+    let heap = f.broker_heap.as_ref().map_or(String::new(), |h| format!(", its heap {h}"));
+    println!("  cost against load ({warm}{uptime}{heap}):");
     println!(
         "  {:<12} {:>10} {:>10} {:>26} {:>8} {:>8} {:>20} {:>16}",
         "load",

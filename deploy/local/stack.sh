@@ -39,7 +39,10 @@
 #                                                         for the ACL user sluice only (keys and
 #                                                         channels under tls-*), as a managed
 #                                                         Redis is set up
-#   SLUICE_KAFKA_HEAP             512m                    broker -Xmx/-Xms
+#   SLUICE_KAFKA_HEAP             1g                      broker -Xmx/-Xms (Kafka's own default; at
+#                                                         512m the stress harness's broker paused
+#                                                         for GC in 35-37 s of a 65 s loop, up to
+#                                                         30 ms each: results/README.md, issue 31)
 #   SLUICE_KAFKA_VERSION          4.1.1                   org.apache.kafka:kafka_2.13 (3.9.x or 4.x)
 #   SLUICE_TOPIC_PARTITIONS       12                      chain.transactions, dex.swaps
 #   SLUICE_KAFKA_START_TIMEOUT    90                      seconds to wait for the broker
@@ -84,7 +87,7 @@ REDIS_TLS_PORT=${SLUICE_REDIS_TLS_PORT:-$((REDIS_PORT + 1))}
 REDIS_ACL_USER=sluice
 REDIS_ACL_PASSWORD=sluice-stack-redis
 REDIS_ACL_PATTERN='tls-*'
-KAFKA_HEAP=${SLUICE_KAFKA_HEAP:-512m}
+KAFKA_HEAP=${SLUICE_KAFKA_HEAP:-1g}
 KAFKA_VERSION=${SLUICE_KAFKA_VERSION:-4.1.1}
 PARTITIONS=${SLUICE_TOPIC_PARTITIONS:-12}
 START_TIMEOUT=${SLUICE_KAFKA_START_TIMEOUT:-90}

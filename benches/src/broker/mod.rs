@@ -119,6 +119,8 @@ pub struct Figures {
     pub cost_by_load: Vec<LoadPoint>,
     /// The broker's uptime when the run began, s, and whether the warm-up ran.
     pub broker_uptime_seconds: Option<f64>,
+    /// The broker's `-Xmx` (`SLUICE_KAFKA_HEAP` of the stack).
+    pub broker_heap: Option<String>,
     pub warmed_up: bool,
     /// The open loop again, at the same rate, with exactly-once outputs
     /// (latency to the handler's completion: the transaction commits later).
@@ -188,6 +190,7 @@ pub async fn run(options: &Options) -> Result<Figures> {
         drains: options.drains.max(1),
     };
     let broker_uptime_seconds = stack.uptime("kafka");
+    let broker_heap = stack.broker_heap();
     let warmed_up = options.warmup_seconds > 0.0;
     if warmed_up {
         eprintln!("  warm-up (not measured): {WARMUP_RATE:.0} records/s for {} s", options.warmup_seconds);
@@ -230,6 +233,7 @@ pub async fn run(options: &Options) -> Result<Figures> {
         loads,
         cost_by_load,
         broker_uptime_seconds,
+        broker_heap,
         warmed_up,
         open_loop_exactly_once,
     })
