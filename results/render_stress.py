@@ -62,8 +62,8 @@ def drains_text(b):
             f"whole-system cost (records/s at CPU-µs/record: {each}).")
 
 
-def threads_text(c, top=5):
-    return ", ".join(f"{name} {us:.1f}" for name, us in c["threads_cpu_us_per_record"][:top])
+def threads_text(c, top=5, key="threads_cpu_us_per_record"):
+    return ", ".join(f"{name} {us:.1f}" for name, us in c.get(key, [])[:top])
 
 
 def stress_broker(name, r):
@@ -120,6 +120,9 @@ def stress_broker(name, r):
                 ["context switches/record: processor / broker / Redis",
                  " / ".join(f"{c['context_switches_per_record'][k]:.2f}" for k in ("process", "broker", "redis"))],
                 ["processor threads, CPU-µs/record", threads_text(c, 6)],
+                *([["broker threads, CPU-µs/record (the JVM's names, cut at 15 characters)",
+                    threads_text(c, 6, "broker_threads_cpu_us_per_record")]]
+                  if c.get("broker_threads_cpu_us_per_record") else []),
                 ["broker: produce / fetch requests/s (all clients)", cost_cells(c)[3]],
                 ["broker: records per produce request (all producers)", cost_cells(c)[4]],
                 ["processor: records per produce request", f"{o['kafka']['records_per_produce_request']:.1f}"],

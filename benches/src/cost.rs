@@ -1,7 +1,7 @@
 //! What a phase cost, per record: CPU of this process (the processor, or
 //! the ceiling loop: the feeder runs in its own process), of the broker, of
-//! Redis and of the feeder; context switches of each; this process's CPU by
-//! thread; and what the broker served, from its JMX.
+//! Redis and of the feeder; context switches of each; this process's and
+//! the broker's CPU by thread; and what the broker served, from its JMX.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -20,6 +20,7 @@ pub struct Sample {
     cpu: [Duration; 4],
     switches: [u64; 4],
     threads: BTreeMap<String, Duration>,
+    broker_threads: BTreeMap<String, Duration>,
     broker: Counts,
 }
 
@@ -33,6 +34,11 @@ pub struct Cost {
     pub context_switches_per_record: PerProcess<f64>,
     /// This process's CPU-µs per record by thread name (digits dropped), largest first.
     pub threads_cpu_us_per_record: Vec<(String, f64)>,
+    /// The broker's, likewise: the JVM names a thread by its first 15
+    /// characters, so `data-plane-kafk` is the network threads and the
+    /// request handlers together; `GC Thread#`, `G1 …` the collector,
+    /// `C2 CompilerThre` / `C1 …` the JIT.
+    pub broker_threads_cpu_us_per_record: Vec<(String, f64)>,
     /// Cores used during the phase, by process.
     pub cores: PerProcess<f64>,
     pub broker: Served,
@@ -81,7 +87,9 @@ impl Sample {
         let pids = [Some("self".to_string()), stack.pid("kafka"), stack.pid("redis"), feeder.map(str::to_string)];
         let cpu = pids.clone().map(|p| p.map_or(Duration::ZERO, |p| machine::cpu_time(&p)));
         let switches = pids.map(|p| p.map_or(0, |p| machine::context_switches(&p)));
-        Self { at: Instant::now(), cpu, switches, threads: machine::thread_cpu("self"), broker: Counts::default() }
+        let broker_threads = stack.pid("kafka").map(|p| machine::thread_cpu(&p)).unwrap_or_default();
+        let threads = machine::thread_cpu("self");
+        Self { at: Instant::now(), cpu, switches, threads, broker_threads, broker: Counts::default() }
     }
 
     /// From `self` to `after`, over `records`.
@@ -90,24 +98,30 @@ impl Sample {
         let n = records.max(1) as f64;
         let cpu: [f64; 4] = std::array::from_fn(|i| after.cpu[i].saturating_sub(self.cpu[i]).as_secs_f64());
         let switches: [f64; 4] = std::array::from_fn(|i| after.switches[i].saturating_sub(self.switches[i]) as f64);
-        let mut threads: Vec<(String, f64)> = after
-            .threads
-            .iter()
-            .map(|(name, t)| {
-                let before = self.threads.get(name).copied().unwrap_or_default();
-                (name.clone(), t.saturating_sub(before).as_secs_f64() * 1e6 / n)
-            })
-            .filter(|(_, us)| *us > 0.0)
-            .collect();
-        threads.sort_by(|a, b| b.1.total_cmp(&a.1));
         Cost {
             seconds,
             records,
             cpu_us_per_record: PerProcess::from(cpu.map(|c| c * 1e6 / n)),
             context_switches_per_record: PerProcess::from(switches.map(|s| s / n)),
-            threads_cpu_us_per_record: threads,
+            threads_cpu_us_per_record: per_thread(&self.threads, &after.threads, n),
+            broker_threads_cpu_us_per_record: per_thread(&self.broker_threads, &after.broker_threads, n),
             cores: PerProcess::from(cpu.map(|c| c / seconds.max(1e-9))),
             broker: self.broker.served(&after.broker, seconds),
         }
     }
+}
+
+/// CPU-µs per record of each thread name from `before` to `after`, over
+/// `n` records, largest first; threads that did not run are left out.
+fn per_thread(before: &BTreeMap<String, Duration>, after: &BTreeMap<String, Duration>, n: f64) -> Vec<(String, f64)> {
+    let mut threads: Vec<(String, f64)> = after
+        .iter()
+        .map(|(name, t)| {
+            let start = before.get(name).copied().unwrap_or_default();
+            (name.clone(), t.saturating_sub(start).as_secs_f64() * 1e6 / n)
+        })
+        .filter(|(_, us)| *us > 0.0)
+        .collect();
+    threads.sort_by(|a, b| b.1.total_cmp(&a.1));
+    threads
 }

@@ -17,9 +17,13 @@ fn cost_line(label: &str, c: &Cost) {
         "  {:<18} broker: {:.0} produce + {:.0} fetch requests/s, {per_request} records/produce request, {} requests in all",
         "", b.produce_per_sec, b.fetch_per_sec, b.all_requests
     );
-    let threads: Vec<String> =
-        c.threads_cpu_us_per_record.iter().take(6).map(|(name, us)| format!("{name} {us:.2}")).collect();
-    println!("  {:<18} process threads (CPU-µs/record): {}", "", threads.join(", "));
+    let top = |threads: &[(String, f64)]| -> String {
+        threads.iter().take(6).map(|(name, us)| format!("{name} {us:.2}")).collect::<Vec<_>>().join(", ")
+    };
+    println!("  {:<18} process threads (CPU-µs/record): {}", "", top(&c.threads_cpu_us_per_record));
+    if !c.broker_threads_cpu_us_per_record.is_empty() {
+        println!("  {:<18} broker threads (CPU-µs/record): {}", "", top(&c.broker_threads_cpu_us_per_record));
+    }
 }
 
 #[allow(clippy::print_stdout)]
