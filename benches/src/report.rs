@@ -46,7 +46,7 @@ fn load_lines(f: &Figures) {
     let heap = f.broker_heap.as_ref().map_or(String::new(), |h| format!(", its heap {h}"));
     println!("  cost against load ({warm}{uptime}{heap}):");
     println!(
-        "  {:<12} {:>10} {:>10} {:>26} {:>8} {:>8} {:>20} {:>16}",
+        "  {:<12} {:>10} {:>10} {:>26} {:>8} {:>8} {:>20} {:>16} {:>14}",
         "load",
         "offered",
         "achieved",
@@ -54,12 +54,17 @@ fn load_lines(f: &Figures) {
         "system",
         "÷ drain",
         "produce/fetch per rec",
-        "p50/p99 ms"
+        "p50/p99 ms",
+        "best loop, ÷"
     );
     for p in &f.cost_by_load {
         let latency = p.p50_ms.zip(p.p99_ms).map_or("-".to_string(), |(a, b)| format!("{a:.1}/{b:.1}"));
+        let best = p
+            .best_system_cpu_us_per_record
+            .zip(p.over_best)
+            .map_or("-".to_string(), |(b, r)| format!("{b:.2}, {r:.2}"));
         println!(
-            "  {:<12} {:>10} {:>10.0} {:>26} {:>8.2} {:>8.2} {:>20} {:>16}",
+            "  {:<12} {:>10} {:>10.0} {:>26} {:>8.2} {:>8.2} {:>20} {:>16} {:>14}",
             p.label,
             p.offered.map_or("-".to_string(), |r| format!("{r:.0}")),
             p.records_per_sec,
@@ -70,7 +75,8 @@ fn load_lines(f: &Figures) {
             p.system_cpu_us_per_record,
             p.over_drain,
             format!("{:.3}/{:.4}", p.produce_requests_per_record, p.fetch_requests_per_record),
-            latency
+            latency,
+            best
         );
     }
     for (i, o) in std::iter::once(&f.open_loop).chain(&f.open_loop_repeats).enumerate() {

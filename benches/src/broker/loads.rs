@@ -4,14 +4,24 @@
 //! record. A share's rate moves with the max sustained rate; a fixed rate
 //! does not, so a cost ratio that improves only because the max (its
 //! denominator) got worse shows at the fixed rates.
+//!
+//! With `--ceiling-threads`, the best loop runs at each of these rates too
+//! (and at the headline rate), fed the same way: what the client and the
+//! broker cost at that rate with the simplest processing, against which
+//! the processor's cost at the same rate is read.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Result;
 use serde::Serialize;
 
 use super::backlog::Backlog;
-use super::open_loop::{OpenLoop, open_loop};
-use super::{Run, Shape};
-use crate::cost::Cost;
+use super::open_loop::{OpenLoop, feed_spec, open_loop};
+use super::{Mode, Run, Shape, prepare_input};
+use crate::ceiling;
+use crate::cost::{Cost, Sample};
+use crate::feeder::Feeder;
 use crate::jmx::Jmx;
 use crate::live::Stack;
 
@@ -23,6 +33,8 @@ pub struct Load {
     /// The share of the max sustained rate; `None` for a fixed rate.
     pub share_of_max: Option<f64>,
     pub run: OpenLoop,
+    /// The best loop at the same rate (with `--ceiling-threads`).
+    pub best: Option<Cost>,
 }
 
 /// One row of the cost-against-load table.
@@ -45,9 +57,14 @@ pub struct LoadPoint {
     pub fetch_requests_per_record: f64,
     pub p50_ms: Option<f64>,
     pub p99_ms: Option<f64>,
+    /// The best loop's whole-system CPU-µs per record at the same rate, and
+    /// the processor's ÷ it (the drain row: the best loop's drain).
+    pub best_system_cpu_us_per_record: Option<f64>,
+    pub over_best: Option<f64>,
 }
 
-/// Runs the open loops at `shares` of `max` and at `fixed` rates, `seconds` each.
+/// Runs the open loops at `shares` of `max` and at `fixed` rates, `seconds`
+/// each, and after each the best loop at its rate (when it runs).
 pub(super) async fn run(
     stack: &Stack,
     jmx: &Jmx,
@@ -66,15 +83,81 @@ pub(super) async fn run(
         let name = format!("load{i}");
         let run =
             open_loop(stack, Some(jmx), shape, rate, seconds, Run { label: &name, profile: None, extra: &[] }).await?;
-        loads.push(Load { label, share_of_max, run });
+        let best = best_at(stack, jmx, shape, rate, seconds, &format!("best{i}")).await?;
+        loads.push(Load { label, share_of_max, run, best });
     }
     Ok(loads)
 }
 
+/// The best loop ([`ceiling::run_parallel`]) fed at `rate` for `seconds`
+/// from a feeder process, on fresh topics named by `label`, with a group of
+/// its own; its cost per record (it times no record). `None` when the run
+/// has no best loop (`--ceiling-threads 0`).
+pub(super) async fn best_at(
+    stack: &Stack,
+    jmx: &Jmx,
+    shape: &Shape<'_>,
+    rate: f64,
+    seconds: f64,
+    label: &str,
+) -> Result<Option<Cost>> {
+    let threads = shape.ceiling_threads;
+    if threads == 0 {
+        return Ok(None);
+    }
+    eprintln!("  best loop ({threads} threads) at {rate:.0} records/s for {seconds} s");
+    let total = (rate * seconds) as usize;
+    let input = stack.name(label);
+    let output = format!("{input}.ceiling");
+    prepare_input(stack, shape.mode, shape.traffic, &input, shape.partitions).await?;
+    stack.create_topics(&[(&output, shape.partitions as i32)]).await?;
+    let swaps = ceiling::swap_payloads(shape.traffic, 4096).await?;
+    let group = stack.name(&format!("{label}-group"));
+    let (config, _, _) = stack.processor_config(&input, &group, &[])?;
+    let redis = (shape.mode == Mode::Full).then(|| (stack.redis_url.clone(), format!("{input}:{group}:")));
+    let spec = feed_spec(stack, shape, &input, total, rate);
+    let mut feeder = tokio::task::spawn_blocking(move || Feeder::spawn(&spec)).await??;
+    let before = Sample::start(stack, Some(jmx), Some(feeder.pid()))?;
+    let partitions = shape.partitions as i32;
+    let (out, swaps) = (output.clone(), Arc::new(swaps));
+    let ceiling = tokio::task::spawn_blocking(move || {
+        let spec = ceiling::ParallelSpec {
+            config: &config,
+            output: &out,
+            swaps: &swaps,
+            redis,
+            threads,
+            partitions,
+            expected: total as u64,
+            timeout: Duration::from_secs_f64(seconds + 300.0),
+        };
+        ceiling::run_parallel(&spec)
+    });
+    feeder.start(Duration::from_millis(50))?;
+    ceiling.await??;
+    let cost = before.cost(&Sample::end(stack, Some(jmx), Some(feeder.pid()))?, total as u64);
+    tokio::task::spawn_blocking(move || feeder.finish()).await??;
+    stack.drop_input(&input, &[&output]).await;
+    Ok(Some(cost))
+}
+
 /// The drain, the headline open loops and the further loads as rows,
 /// ordered by the rate they ran at (the drain last).
-pub fn table(backlog: &Backlog, headline: &[&OpenLoop], share: f64, loads: &[Load]) -> Vec<LoadPoint> {
-    let drain = point("drain".into(), None, backlog.processor_records_per_sec, &backlog.processor_cost, None, 0.0);
+pub fn table(
+    backlog: &Backlog,
+    (headline, headline_best): (&[&OpenLoop], Option<&Cost>),
+    share: f64,
+    loads: &[Load],
+) -> Vec<LoadPoint> {
+    let best_drain = backlog.best.as_ref().map(|b| &b.cost);
+    let drain = point(
+        "drain".into(),
+        None,
+        backlog.processor_records_per_sec,
+        &backlog.processor_cost,
+        None,
+        (0.0, best_drain),
+    );
     let drain_cost = drain.system_cpu_us_per_record;
     let label = |i: usize| {
         let base = format!("{:.0}%", share * 100.0);
@@ -83,9 +166,11 @@ pub fn table(backlog: &Backlog, headline: &[&OpenLoop], share: f64, loads: &[Loa
     let mut rows: Vec<LoadPoint> = headline
         .iter()
         .enumerate()
-        .map(|(i, o)| (label(i), *o))
-        .chain(loads.iter().map(|l| (l.label.clone(), &l.run)))
-        .map(|(label, o)| point(label, Some(o.target_rate), o.records_per_sec, &o.cost, Some(o), drain_cost))
+        .map(|(i, o)| (label(i), *o, if i == 0 { headline_best } else { None }))
+        .chain(loads.iter().map(|l| (l.label.clone(), &l.run, l.best.as_ref())))
+        .map(|(label, o, best)| {
+            point(label, Some(o.target_rate), o.records_per_sec, &o.cost, Some(o), (drain_cost, best))
+        })
         .collect();
     rows.sort_by(|a, b| a.offered.unwrap_or(0.0).total_cmp(&b.offered.unwrap_or(0.0)));
     rows.push(LoadPoint { over_drain: 1.0, ..drain });
@@ -98,10 +183,11 @@ fn point(
     records_per_sec: f64,
     c: &Cost,
     open: Option<&OpenLoop>,
-    drain_cost: f64,
+    (drain_cost, best): (f64, Option<&Cost>),
 ) -> LoadPoint {
     let cpu = &c.cpu_us_per_record;
     let system = cpu.system();
+    let best = best.map(|b| b.cpu_us_per_record.system());
     let n = c.records.max(1) as f64;
     LoadPoint {
         label,
@@ -116,5 +202,7 @@ fn point(
         fetch_requests_per_record: c.broker.fetch_requests as f64 / n,
         p50_ms: open.map(|o| o.latency.p50_ns as f64 / 1e6),
         p99_ms: open.map(|o| o.latency.p99_ns as f64 / 1e6),
+        best_system_cpu_us_per_record: best,
+        over_best: best.filter(|b| *b > 0.0).map(|b| system / b),
     }
 }

@@ -37,6 +37,7 @@ use sluice_coord::generation::Expect;
 use sluice_dex::DexHandler;
 use sluice_dex::outputs::InMemory;
 
+use crate::cost::Cost;
 use crate::jmx::Jmx;
 use crate::live::{Instance, Measured, Partitioner, Probe, Stack, by_map};
 use crate::traffic::Traffic;
@@ -115,6 +116,8 @@ pub struct Figures {
     pub open_loop_repeats: Vec<OpenLoop>,
     /// Further open loops across the load range.
     pub loads: Vec<Load>,
+    /// The best loop at the headline rate, `--load-seconds` long.
+    pub headline_best: Option<Cost>,
     /// Every drain and open loop of the run, as cost against load.
     pub cost_by_load: Vec<LoadPoint>,
     /// The broker's uptime when the run began, s, and whether the warm-up ran.
@@ -214,10 +217,12 @@ pub async fn run(options: &Options) -> Result<Figures> {
     let max = max_sustained.unwrap_or(backlog.processor_records_per_sec);
     let rate = options.rate.unwrap_or(HEADLINE_SHARE * max);
     let (open_loop_exactly_once, mut headline) = headline(&stack, &jmx, &shape, options, rate).await?;
+    let headline_best = loads::best_at(&stack, &jmx, &shape, rate, options.load_seconds, "best-headline").await?;
     let range = (options.loads.as_slice(), options.fixed_rates.as_slice());
     let loads = loads::run(&stack, &jmx, &shape, max, range, options.load_seconds).await?;
     let share = if options.rate.is_some() { rate / max } else { HEADLINE_SHARE };
-    let cost_by_load = loads::table(&backlog, &headline.iter().collect::<Vec<_>>(), share, &loads);
+    let headlines = (&headline.iter().collect::<Vec<_>>()[..], headline_best.as_ref());
+    let cost_by_load = loads::table(&backlog, headlines, share, &loads);
     for failure in stack.delete_run_topics().await {
         eprintln!("  could not delete a topic of this run: {failure}");
     }
@@ -231,6 +236,7 @@ pub async fn run(options: &Options) -> Result<Figures> {
         open_loop,
         open_loop_repeats: headline,
         loads,
+        headline_best,
         cost_by_load,
         broker_uptime_seconds,
         broker_heap,

@@ -162,16 +162,7 @@ pub(super) async fn open_loop(
     let clients_before = Stack::redis_clients(&mut conn).await?;
     sluice_service::connections::declare("kafka", &stack.kafka.brokers);
     let kafka_before = kafka_connections();
-    let spec = FeedSpec {
-        brokers: stack.kafka.brokers.clone(),
-        topic: input.clone(),
-        transactions: traffic.payloads.len() as u64,
-        total,
-        rate,
-        partitions: shape.keys.clone(),
-        partition_count: partitions,
-        properties: shape.feeder_properties.clone(),
-    };
+    let spec = feed_spec(stack, shape, &input, total, rate);
     let mut feeder = tokio::task::spawn_blocking(move || Feeder::spawn(&spec)).await??;
     let processor = start_processor(stack, mode, traffic, &input, &stack.name(label), extra, Probe::of(&progress))?;
     await_assigned(std::slice::from_ref(&processor), partitions, Duration::from_secs(60)).await?;
@@ -221,6 +212,21 @@ pub(super) async fn open_loop(
         timeline,
         completed,
     })
+}
+
+/// What the feeder process sends: `total` records of the run's traffic to
+/// `input` at `rate`, each key to its partition.
+pub(super) fn feed_spec(stack: &Stack, shape: &Shape<'_>, input: &str, total: usize, rate: f64) -> FeedSpec {
+    FeedSpec {
+        brokers: stack.kafka.brokers.clone(),
+        topic: input.to_string(),
+        transactions: shape.traffic.payloads.len() as u64,
+        total,
+        rate,
+        partitions: shape.keys.clone(),
+        partition_count: shape.partitions,
+        properties: shape.feeder_properties.clone(),
+    }
 }
 
 /// Waits for `perf record` to end, if one runs; an error if it failed.
