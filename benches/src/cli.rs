@@ -139,7 +139,9 @@ pub struct StressArgs {
     #[arg(long, default_value = "segment.bytes=1073741824")]
     pub topic_config: String,
     /// Kafka and full: also drain the backlog with the best loop on the same
-    /// client, this many consume-produce loops on one shared producer (0: not run).
+    /// client, this many consume-produce loops on one shared producer, and
+    /// feed it at the headline rate and at each --loads and --fixed-rates
+    /// rate for --load-seconds (0: not run).
     #[arg(long, default_value_t = 2)]
     pub ceiling_threads: usize,
     /// Kafka and full: open loops at the headline rate (70% of the max
@@ -156,7 +158,8 @@ pub struct StressArgs {
     /// alone: none.
     #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "20000,40000")]
     pub fixed_rates: Vec<f64>,
-    /// Kafka and full: the length of each --loads and --fixed-rates open loop, s.
+    /// Kafka and full: the length of each --loads and --fixed-rates open loop,
+    /// and of each run of the best loop at a rate, s.
     #[arg(long, default_value_t = 30.0)]
     pub load_seconds: f64,
     /// Kafka and full: an unmeasured open loop at 20,000 records/s before

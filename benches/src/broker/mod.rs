@@ -4,7 +4,7 @@
 //!    produced first, then drained by a bare rdkafka consume-and-commit loop
 //!    and by the processor, one after the other on the same broker and
 //!    topic, so "processor ÷ bare consumer" is a same-machine ratio.
-//! 2. **Rate search**: open-loop trials (5 s) at rising rates until one is not
+//! 2. **Rate search**: open-loop trials (`--trial-seconds`) at rising rates until one is not
 //!    sustained; the highest sustained rate is the maximum with the feeder
 //!    sharing the machine (the backlog drain had it to itself).
 //! 3. **Open loop** (latency): a fresh topic fed at a fixed rate (by default
