@@ -331,15 +331,29 @@ async fn drain_best(
     threads: usize,
 ) -> Result<(Ceiling, Cost)> {
     let n = shape.traffic.records.len();
-    let group = stack.name("best");
-    let (config, _, _) = stack.processor_config(input, &group, &[])?;
-    let redis = match shape.mode {
-        Mode::Full => Some((stack.redis_url.clone(), format!("{input}:{group}:"))),
-        Mode::Kafka => None,
-    };
-    let (output, swaps, partitions) = (output.to_string(), swaps.clone(), shape.partitions as i32);
     let before = Sample::start(stack, Some(jmx), None)?;
-    let ceiling = tokio::task::spawn_blocking(move || {
+    let run = (n as u64, Duration::from_secs(600));
+    let ceiling =
+        spawn_best(stack, shape, (input, output), &stack.name("best"), swaps.clone(), threads, run)?.await??;
+    Ok((ceiling, before.cost(&Sample::end(stack, Some(jmx), None)?, n as u64)))
+}
+
+/// Starts the best loop ([`ceiling::run_parallel`]) on a blocking thread:
+/// `threads` loops reading `input` with `group`, writing to `output`, until
+/// `expected` records or `timeout`.
+pub(super) fn spawn_best(
+    stack: &Stack,
+    shape: &Shape<'_>,
+    (input, output): (&str, &str),
+    group: &str,
+    swaps: Arc<Vec<Vec<u8>>>,
+    threads: usize,
+    (expected, timeout): (u64, Duration),
+) -> Result<tokio::task::JoinHandle<Result<Ceiling>>> {
+    let (config, _, _) = stack.processor_config(input, group, &[])?;
+    let redis = (shape.mode == Mode::Full).then(|| (stack.redis_url.clone(), format!("{input}:{group}:")));
+    let (output, partitions) = (output.to_string(), shape.partitions as i32);
+    Ok(tokio::task::spawn_blocking(move || {
         let spec = ceiling::ParallelSpec {
             config: &config,
             output: &output,
@@ -347,11 +361,9 @@ async fn drain_best(
             redis,
             threads,
             partitions,
-            expected: n as u64,
-            timeout: Duration::from_secs(600),
+            expected,
+            timeout,
         };
         ceiling::run_parallel(&spec)
-    })
-    .await??;
-    Ok((ceiling, before.cost(&Sample::end(stack, Some(jmx), None)?, n as u64)))
+    }))
 }

@@ -16,9 +16,9 @@ use std::time::Duration;
 use anyhow::Result;
 use serde::Serialize;
 
-use super::backlog::Backlog;
+use super::backlog::{Backlog, spawn_best};
 use super::open_loop::{OpenLoop, feed_spec, open_loop};
-use super::{Mode, Run, Shape, prepare_input};
+use super::{Run, Shape, prepare_input};
 use crate::ceiling;
 use crate::cost::{Cost, Sample};
 use crate::feeder::Feeder;
@@ -118,26 +118,11 @@ pub(super) async fn best_at(
     prepare_input(stack, shape.mode, shape.traffic, &input, shape.partitions).await?;
     stack.create_topics(&[(&output, shape.partitions as i32)]).await?;
     let swaps = ceiling::swap_payloads(shape.traffic, 4096).await?;
-    let group = stack.name(&format!("{label}-group"));
-    let (config, _, _) = stack.processor_config(&input, &group, &[])?;
-    let redis = (shape.mode == Mode::Full).then(|| (stack.redis_url.clone(), format!("{input}:{group}:")));
     let spec = feed_spec(stack, shape, &input, total, rate);
     let mut feeder = tokio::task::spawn_blocking(move || Feeder::spawn(&spec)).await??;
-    let partitions = shape.partitions as i32;
-    let (out, swaps) = (output.clone(), Arc::new(swaps));
-    let ceiling = tokio::task::spawn_blocking(move || {
-        let spec = ceiling::ParallelSpec {
-            config: &config,
-            output: &out,
-            swaps: &swaps,
-            redis,
-            threads,
-            partitions,
-            expected: total as u64,
-            timeout: Duration::from_secs_f64(seconds + 300.0),
-        };
-        ceiling::run_parallel(&spec)
-    });
+    let group = stack.name(&format!("{label}-group"));
+    let run = (total as u64, Duration::from_secs_f64(seconds + 300.0));
+    let ceiling = spawn_best(stack, shape, (&input, &output), &group, Arc::new(swaps), threads, run)?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let before = Sample::start(stack, Some(jmx), Some(feeder.pid()))?;
     feeder.start(Duration::from_millis(50))?;
